@@ -1,0 +1,62 @@
+"""The public Python API: :func:`rel_attn`, a keyword-argument front end to the registered ops."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import library  # noqa: F401  (registers torch.ops.inkling.*)
+
+
+def rel_attn(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    *,
+    block_table: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    rel_logits: torch.Tensor,
+    max_seqlen_q: int,
+    softmax_scale: float | None = None,
+    window_size: Sequence[int] = (-1, -1),
+    num_splits: int = 0,
+    out: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Paged, variable-length causal attention with Inkling's relative bias.
+
+    Shapes (T tokens over B requests, Hq query heads, Hkv KV heads, head_dim D, rel_extent E):
+
+    - q: (T, Hq, D); key_cache, value_cache: (num_blocks, block_size, Hkv, D), may be strided views
+    - block_table: (B, max_blocks_per_seq) int32; cache_seqlens: (B,) int32, KV length of each
+      request including its new tokens; cu_seqlens_q: (B + 1,) int32, starts at 0
+    - rel_logits: (T, Hq, E); the bias for backward distance d = q_abs - j is rel_logits[t, h, d]
+      when 0 <= d < E, else 0
+    - max_seqlen_q: an upper bound on any request's query length
+    - softmax_scale: defaults to 1 / D (Inkling's q and k are RMS-normed)
+    - window_size: (-1, -1) for global attention, (left, 0) to see keys with d <= left
+    - num_splits: split-KV count; 0 lets the heuristic choose
+    - out: optional (T, Hq, D) output written in place; rows past cu_seqlens_q[-1] are untouched
+    - backend: None for the default choice, or a name from ``inkling_ops.backend_names()``
+
+    Returns out (or a new tensor, zero where no request has a row).
+
+    Equivalent PyTorch (one request, G = Hq // Hkv, d = q_abs[:, None] - arange(kv_len)):
+    ``softmax(scale * q @ K.T + bias(d) + mask(d)) @ V`` with K, V repeated G times over heads.
+    """
+    if softmax_scale is None:
+        softmax_scale = 1.0 / q.shape[-1]
+    args = (q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
+    options = dict(
+        max_seqlen_q=max_seqlen_q,
+        softmax_scale=softmax_scale,
+        window_size=list(window_size) if isinstance(window_size, tuple) else window_size,
+        num_splits=num_splits,
+        backend=backend,
+    )
+    if out is None:
+        return torch.ops.inkling.rel_attn.default(*args, **options)
+    torch.ops.inkling.rel_attn_out.default(*args, **options, out=out)
+    return out

@@ -1,0 +1,1 @@
+"""Kernel backends of rel_attn. Each module holds one backend; none imports the dispatcher."""

@@ -1,0 +1,51 @@
+"""The interface every kernel backend implements.
+
+A backend declares what it supports and says why not (``why_not``), so the dispatcher can pick
+one or explain a refusal, and it runs a validated call (``run``). Backends import nothing from
+the dispatcher or the op registration.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import torch
+
+from ..compile_keys import DeviceFacts
+from ..heuristics import SplitPolicy
+from ..problem import RelAttnProblem
+
+
+class Backend(abc.ABC):
+    """One implementation of rel_attn for one or more device types."""
+
+    #: short name, as passed in ``backend=`` and recorded in compile keys.
+    name: str = ""
+    #: device types ("cpu", "cuda") the backend can run on at all.
+    device_types: tuple[str, ...] = ()
+    #: how the backend splits the KV range of short-query calls; None: it never splits.
+    split_policy: SplitPolicy | None = None
+
+    def is_available(self) -> str | None:
+        """None if the backend's software is importable here, else why not."""
+        return None
+
+    @abc.abstractmethod
+    def why_not(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
+        """None if this backend runs ``problem`` on a device with ``facts``, else the reason it cannot."""
+
+    @abc.abstractmethod
+    def run(
+        self,
+        problem: RelAttnProblem,
+        splits: int,
+        q: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        block_table: torch.Tensor,
+        cache_seqlens: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        rel_logits: torch.Tensor,
+        out: torch.Tensor,
+    ) -> None:
+        """Write the result of a validated call into ``out``."""

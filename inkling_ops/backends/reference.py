@@ -1,0 +1,52 @@
+"""The reference backend: :func:`inkling_ops.reference.rel_attn_reference` behind the backend interface.
+
+Runs anywhere PyTorch runs and supports every valid call. On CUDA it reads the metadata on
+the host (a device sync), so it cannot be captured in a CUDA graph: it is the oracle and the
+fallback, not the serving path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..compile_keys import DeviceFacts
+from ..problem import RelAttnProblem
+from ..reference import rel_attn_reference
+from .base import Backend
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+    device_types = ("cpu", "cuda")
+    split_policy = None
+
+    def why_not(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
+        if problem.device_type not in self.device_types:
+            return f"runs on {self.device_types}, not {problem.device_type}"
+        return None
+
+    def run(
+        self,
+        problem: RelAttnProblem,
+        splits: int,
+        q: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        block_table: torch.Tensor,
+        cache_seqlens: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        rel_logits: torch.Tensor,
+        out: torch.Tensor,
+    ) -> None:
+        rel_attn_reference(
+            q,
+            key_cache,
+            value_cache,
+            block_table,
+            cache_seqlens,
+            cu_seqlens_q,
+            rel_logits,
+            out,
+            softmax_scale=problem.softmax_scale,
+            window_left=problem.window_left,
+        )

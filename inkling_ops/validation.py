@@ -1,0 +1,232 @@
+"""Argument checks for rel_attn: shapes, dtypes, devices and scalars (contract section 5).
+
+Everything here reads tensor metadata only (never tensor contents), so it runs before any
+kernel launch, never synchronizes with the device, and also runs on fake tensors at trace
+time. Device-resident values (block ids, lengths) are checked by :mod:`inkling_ops.checked`
+when the opt-in checked mode is on.
+
+Every failure is a ``TypeError`` (wrong kind of object) or ``ValueError`` (wrong value) whose
+message names the argument, the value seen and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from .problem import RelAttnProblem
+
+OP_NAME = "inkling::rel_attn"
+
+#: dtypes a caller may pass for q / caches / rel_logits / out. float32 is for the reference path.
+SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _fail(arg: str, got: object, expected: str) -> ValueError:
+    return ValueError(f"{OP_NAME}: argument '{arg}' is {got}; expected {expected}")
+
+
+def _shape(t: torch.Tensor) -> tuple:
+    return tuple(t.shape)
+
+
+def _check_tensor(arg: str, t: object) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{OP_NAME}: argument '{arg}' must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def _check_index_tensor(arg: str, t: object, ndim: int, device: torch.device) -> torch.Tensor:
+    t = _check_tensor(arg, t)
+    if t.dtype != torch.int32:
+        raise _fail(arg, f"of dtype {t.dtype}", "torch.int32")
+    if t.dim() != ndim:
+        raise _fail(arg, f"of rank {t.dim()} (shape {_shape(t)})", f"rank {ndim}")
+    if t.device != device:
+        raise _fail(arg, f"on device {t.device}", f"the device of q ({device}); the CUDA path takes no CPU tensors")
+    return t
+
+
+def normalize_window(window_size: object) -> int:
+    """Map ``window_size=(left, right)`` to ``window_left`` (-1 means no window).
+
+    Accepted: ``(-1, -1)`` or ``(-1, 0)`` for no window, ``(left, 0)`` with ``left >= 0``.
+    """
+    if not isinstance(window_size, Sequence) or isinstance(window_size, str) or len(window_size) != 2:
+        raise TypeError(
+            f"{OP_NAME}: argument 'window_size' must be a pair (left, right) of ints, got {window_size!r}"
+        )
+    left, right = window_size
+    if not isinstance(left, int) or not isinstance(right, int) or isinstance(left, bool) or isinstance(right, bool):
+        raise TypeError(f"{OP_NAME}: argument 'window_size' must hold two ints, got {window_size!r}")
+    if left < -1:
+        raise _fail("window_size", f"{tuple(window_size)!r}", "left >= -1 (-1: no window)")
+    if left == -1:
+        if right not in (-1, 0):
+            raise _fail("window_size", f"{tuple(window_size)!r}", "right == 0 (causal attention) or (-1, -1)")
+        return -1
+    if right != 0:
+        raise _fail("window_size", f"{tuple(window_size)!r}", "right == 0: rel_attn is causal, only (left, 0) windows")
+    return left
+
+
+def check_call(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    rel_logits: torch.Tensor,
+    max_seqlen_q: int,
+    softmax_scale: float,
+    window_size: Sequence[int],
+    causal: bool,
+    num_splits: int,
+    out: torch.Tensor | None,
+) -> RelAttnProblem:
+    """Validate one call's arguments and return the static problem they describe.
+
+    Raises ``TypeError``/``ValueError`` naming the offending argument. Reads metadata only.
+    """
+    q = _check_tensor("q", q)
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise _fail("q", f"of dtype {q.dtype}", "torch.bfloat16, torch.float16 or torch.float32")
+    if q.dim() != 3:
+        raise _fail("q", f"of rank {q.dim()} (shape {_shape(q)})", "rank 3: (num_tokens, num_heads, head_dim)")
+    num_tokens, num_heads, head_dim = q.shape
+    if head_dim == 0 or num_heads == 0:
+        raise _fail("q", f"of shape {_shape(q)}", "num_heads >= 1 and head_dim >= 1")
+    if q.stride(2) != 1:
+        raise _fail("q", f"with last-dim stride {q.stride(2)}", "a contiguous last dimension (stride 1)")
+    device = q.device
+
+    kv_shape = None
+    for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
+        cache = _check_tensor(name, cache)
+        if cache.dim() != 4:
+            raise _fail(
+                name,
+                f"of rank {cache.dim()} (shape {_shape(cache)})",
+                "rank 4: (num_blocks, block_size, num_kv_heads, head_dim)",
+            )
+        if cache.device != device:
+            raise _fail(name, f"on device {cache.device}", f"the device of q ({device})")
+        if cache.dtype != q.dtype:
+            raise _fail(name, f"of dtype {cache.dtype}", f"the dtype of q ({q.dtype})")
+        if cache.shape[3] != head_dim:
+            raise _fail(name, f"of shape {_shape(cache)}", f"head_dim {head_dim} (q's last dim) in dim 3")
+        if cache.stride(3) != 1:
+            raise _fail(name, f"with last-dim stride {cache.stride(3)}", "a contiguous last dimension (stride 1)")
+        if kv_shape is None:
+            kv_shape = cache.shape
+        elif cache.shape != kv_shape:
+            raise _fail(name, f"of shape {_shape(cache)}", f"the shape of key_cache {tuple(kv_shape)}")
+    num_blocks, page_size, num_kv_heads, _ = kv_shape
+    if page_size == 0 or num_kv_heads == 0 or num_blocks == 0:
+        raise _fail("key_cache", f"of shape {tuple(kv_shape)}", "num_blocks, block_size and num_kv_heads >= 1")
+    if num_heads % num_kv_heads != 0:
+        raise _fail(
+            "key_cache",
+            f"with {num_kv_heads} KV heads",
+            f"a divisor of q's {num_heads} query heads (num_heads % num_kv_heads == 0)",
+        )
+
+    rel_logits = _check_tensor("rel_logits", rel_logits)
+    if rel_logits.dim() != 3:
+        raise _fail(
+            "rel_logits",
+            f"of rank {rel_logits.dim()} (shape {_shape(rel_logits)})",
+            "rank 3: (num_tokens, num_heads, rel_extent)",
+        )
+    if rel_logits.shape[0] != num_tokens or rel_logits.shape[1] != num_heads:
+        raise _fail(
+            "rel_logits",
+            f"of shape {_shape(rel_logits)}",
+            f"({num_tokens}, {num_heads}, rel_extent): q's token and head counts",
+        )
+    rel_extent = rel_logits.shape[2]
+    if rel_extent == 0:
+        raise _fail("rel_logits", f"of shape {_shape(rel_logits)}", "rel_extent (dim 2) >= 1")
+    if rel_logits.dtype != q.dtype:
+        raise _fail("rel_logits", f"of dtype {rel_logits.dtype}", f"the dtype of q ({q.dtype})")
+    if rel_logits.device != device:
+        raise _fail("rel_logits", f"on device {rel_logits.device}", f"the device of q ({device})")
+
+    block_table = _check_index_tensor("block_table", block_table, 2, device)
+    cache_seqlens = _check_index_tensor("cache_seqlens", cache_seqlens, 1, device)
+    cu_seqlens_q = _check_index_tensor("cu_seqlens_q", cu_seqlens_q, 1, device)
+    num_reqs = cache_seqlens.shape[0]
+    if cu_seqlens_q.shape[0] != num_reqs + 1:
+        raise _fail(
+            "cu_seqlens_q",
+            f"of shape {_shape(cu_seqlens_q)}",
+            f"({num_reqs + 1},): one more entry than cache_seqlens has requests",
+        )
+    if block_table.shape[0] != num_reqs:
+        raise _fail(
+            "block_table", f"of shape {_shape(block_table)}", f"({num_reqs}, max_blocks_per_seq): one row per request"
+        )
+
+    if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, (int, torch.SymInt)):
+        raise TypeError(f"{OP_NAME}: argument 'max_seqlen_q' must be an int, got {type(max_seqlen_q).__name__}")
+    if num_tokens > 0 and max_seqlen_q <= 0:
+        raise _fail("max_seqlen_q", max_seqlen_q, f">= 1 when q holds tokens (q has {num_tokens})")
+    if max_seqlen_q < 0:
+        raise _fail("max_seqlen_q", max_seqlen_q, ">= 0")
+
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+        raise TypeError(f"{OP_NAME}: argument 'softmax_scale' must be a float, got {type(softmax_scale).__name__}")
+    if not (softmax_scale > 0.0 and math.isfinite(softmax_scale)):
+        raise _fail("softmax_scale", softmax_scale, "a finite float > 0 (Inkling uses 1/head_dim)")
+
+    window_left = normalize_window(window_size)
+    if causal is not True:
+        raise _fail("causal", causal, "True: rel_attn is causal attention (contract section 1)")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise _fail("num_splits", repr(num_splits), "an int >= 0 (0: chosen by the heuristic)")
+
+    if out is not None:
+        out = _check_tensor("out", out)
+        if out.shape != q.shape:
+            raise _fail("out", f"of shape {_shape(out)}", f"the shape of q {_shape(q)}")
+        if out.dtype != q.dtype:
+            raise _fail("out", f"of dtype {out.dtype}", f"the dtype of q ({q.dtype})")
+        if out.device != device:
+            raise _fail("out", f"on device {out.device}", f"the device of q ({device})")
+        if out.stride(2) != 1:
+            raise _fail("out", f"with last-dim stride {out.stride(2)}", "a contiguous last dimension (stride 1)")
+
+    return RelAttnProblem(
+        num_tokens=num_tokens,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        rel_extent=rel_extent,
+        num_reqs=num_reqs,
+        page_size=page_size,
+        num_blocks=num_blocks,
+        max_blocks_per_seq=block_table.shape[1],
+        max_seqlen_q=max_seqlen_q,
+        softmax_scale=float(softmax_scale),
+        window_left=window_left,
+        causal=True,
+        num_splits=num_splits,
+        dtype=q.dtype,
+        kv_dtype=key_cache.dtype,
+        device_type=device.type,
+    )
+
+
+def check_inference_only(*tensors: torch.Tensor) -> None:
+    """Raise if grad mode is on and an input requires grad: the op has no backward."""
+    if torch.is_grad_enabled():
+        for name, t in zip(("q", "key_cache", "value_cache", "rel_logits"), tensors):
+            if t.requires_grad:
+                raise RuntimeError(
+                    f"{OP_NAME} is inference-only (it has no backward), but argument '{name}' requires grad "
+                    "while grad mode is on; call it under torch.no_grad() or torch.inference_mode(), "
+                    "or pass detached tensors"
+                )
