@@ -41,6 +41,7 @@ class DeviceFacts:
 
     arch: str  # "sm_90a", "sm_80", ..., or "cpu"
     num_sms: int
+    capability: tuple[int, int] = (0, 0)  # CUDA compute capability; (0, 0) off CUDA
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -17,12 +17,13 @@ import torch
 from . import checked
 from .backends.base import Backend
 from .backends.reference import ReferenceBackend
+from .backends.triton_backend import TritonBackend
 from .compile_keys import CompileKey, DeviceFacts, compile_key, split_count
 from .problem import RelAttnProblem
 from .validation import OP_NAME
 
 #: Backends by priority, highest first. Kernel backends insert themselves ahead of the reference.
-_BACKENDS: list[Backend] = [ReferenceBackend()]
+_BACKENDS: list[Backend] = [TritonBackend(), ReferenceBackend()]
 _FACTS: dict[tuple[str, int], DeviceFacts] = {}
 _WARNED: set[str] = set()
 
@@ -56,7 +57,11 @@ def device_facts(device: torch.device) -> DeviceFacts:
         if device.type == "cuda":
             props = torch.cuda.get_device_properties(index)
             suffix = "a" if (props.major, props.minor) == (9, 0) else ""
-            facts = DeviceFacts(arch=f"sm_{props.major}{props.minor}{suffix}", num_sms=props.multi_processor_count)
+            facts = DeviceFacts(
+                arch=f"sm_{props.major}{props.minor}{suffix}",
+                num_sms=props.multi_processor_count,
+                capability=(props.major, props.minor),
+            )
         else:
             facts = DeviceFacts(arch=device.type, num_sms=os.cpu_count() or 1)
         _FACTS[(device.type, index)] = facts
@@ -67,13 +72,16 @@ def select_backend(problem: RelAttnProblem, facts: DeviceFacts, requested: str |
     """The backend that runs ``problem``: ``requested`` if given (or an error), else the first that can."""
     if requested is not None:
         backend = get_backend(requested)
-        reason = backend.is_available() or backend.why_not(problem, facts)
+        reason = backend.is_available()
+        if reason is None and problem.device_type not in backend.device_types:
+            reason = f"it runs on {backend.device_types}, not {problem.device_type}"
+        reason = reason or backend.why_not(problem, facts)
         if reason is not None:
             raise ValueError(f"{OP_NAME}: argument 'backend' is {requested!r}, which cannot run this call: {reason}")
         return backend
     skipped = []
     for backend in _BACKENDS:
-        if problem.device_type not in backend.device_types:
+        if problem.device_type not in backend.default_device_types:
             continue
         reason = backend.is_available() or backend.why_not(problem, facts)
         if reason is None:
@@ -91,11 +99,16 @@ def _warn_fallback(chosen: str, skipped: list[str]) -> None:
         warnings.warn(message, stacklevel=4)
 
 
-def plan(problem: RelAttnProblem, device: torch.device, requested: str | None) -> tuple[Backend, int, CompileKey]:
-    """Backend, split count and compile key for one call (host-only; no device sync)."""
+def _backend_and_splits(problem: RelAttnProblem, device: torch.device, requested: str | None) -> tuple[Backend, int, DeviceFacts]:
     facts = device_facts(device)
     backend = select_backend(problem, facts, requested)
     splits = 1 if backend.split_policy is None else split_count(problem, facts, backend.split_policy)
+    return backend, splits, facts
+
+
+def plan(problem: RelAttnProblem, device: torch.device, requested: str | None) -> tuple[Backend, int, CompileKey]:
+    """Backend, split count and compile key for one call (host-only; no device sync)."""
+    backend, splits, facts = _backend_and_splits(problem, device, requested)
     return backend, splits, compile_key(problem, arch=facts.arch, backend=backend.name, splits=splits)
 
 
@@ -112,7 +125,7 @@ def run(
     out: torch.Tensor,
 ) -> None:
     """Run a validated call on the chosen backend, writing ``out``."""
-    backend, splits, _ = plan(problem, q.device, requested)
+    backend, splits, _ = _backend_and_splits(problem, q.device, requested)
     if checked.is_checked_mode():
         checked.check_device_values(problem, block_table, cache_seqlens, cu_seqlens_q)
     if problem.num_tokens == 0 or problem.num_reqs == 0:

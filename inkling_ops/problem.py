@@ -8,14 +8,13 @@ compute inside a CUDA graph capture.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 
-@dataclass(frozen=True)
-class RelAttnProblem:
-    """Static facts of one call.
+class RelAttnProblem(NamedTuple):
+    """Static facts of one call (a NamedTuple: immutable, hashable, cheap to build per call).
 
     Shapes: q (num_tokens, num_heads, head_dim); key_cache / value_cache
     (num_blocks, page_size, num_kv_heads, head_dim); rel_logits (num_tokens, num_heads,

@@ -21,8 +21,10 @@ class Backend(abc.ABC):
 
     #: short name, as passed in ``backend=`` and recorded in compile keys.
     name: str = ""
-    #: device types ("cpu", "cuda") the backend can run on at all.
+    #: device types ("cpu", "cuda") the backend can run on when asked for by name.
     device_types: tuple[str, ...] = ()
+    #: device types on which the dispatcher may choose it by default.
+    default_device_types: tuple[str, ...] = ()
     #: how the backend splits the KV range of short-query calls; None: it never splits.
     split_policy: SplitPolicy | None = None
 

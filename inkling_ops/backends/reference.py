@@ -18,6 +18,7 @@ from .base import Backend
 class ReferenceBackend(Backend):
     name = "reference"
     device_types = ("cpu", "cuda")
+    default_device_types = ("cpu", "cuda")
     split_policy = None
 
     def why_not(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:

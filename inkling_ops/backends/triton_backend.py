@@ -1,0 +1,114 @@
+"""The Triton backend: paged prefill/extend and split-KV decode (inkling_ops/kernels/triton_*.py).
+
+The CUDA default. On CPU tensors it runs only under Triton's interpreter (``TRITON_INTERPRET=1``),
+which the tests use; it is never the CPU default. Split-KV workspace is allocated through torch,
+so under CUDA-graph capture it comes from the graph's memory pool; nothing syncs with the host.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..compile_keys import DeviceFacts
+from ..heuristics import SplitPolicy, bucket_max_seqlen_q
+from ..problem import RelAttnProblem
+from .base import Backend
+
+#: Split-KV policy of the Triton decode path (tuned on the H200; see meta/).
+TRITON_SPLIT_POLICY = SplitPolicy(max_split_q=16, programs_per_sm=2, min_keys_per_split=256, max_splits=128)
+SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
+
+
+class TritonBackend(Backend):
+    name = "triton"
+    device_types = ("cuda", "cpu")
+    default_device_types = ("cuda",)
+    split_policy = TRITON_SPLIT_POLICY
+
+    def is_available(self) -> str | None:
+        try:
+            import triton  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            return f"triton is not importable ({exc}); pip install 'inkling_ops[triton]'"
+        return None
+
+    def why_not(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
+        if problem.device_type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") != "1":
+            return "on CPU tensors Triton runs only under its interpreter (TRITON_INTERPRET=1)"
+        if problem.device_type == "cuda" and facts.capability < (8, 0):
+            return f"needs compute capability 8.0 or newer, the device is {facts.arch}"
+        if problem.head_dim not in SUPPORTED_HEAD_DIMS:
+            return f"head_dim {problem.head_dim} is not one of {SUPPORTED_HEAD_DIMS}"
+        if problem.q_per_kv > 64:
+            return f"{problem.q_per_kv} query heads per KV head; at most 64"
+        return None
+
+    def run(
+        self,
+        problem: RelAttnProblem,
+        splits: int,
+        q: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        block_table: torch.Tensor,
+        cache_seqlens: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        rel_logits: torch.Tensor,
+        out: torch.Tensor,
+    ) -> None:
+        from ..kernels.triton_configs import fwd_config
+
+        config = fwd_config(
+            head_dim=problem.head_dim,
+            q_per_kv=problem.q_per_kv,
+            max_seqlen_q_bucket=bucket_max_seqlen_q(problem.max_seqlen_q),
+        )
+        run_triton(
+            q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits, out,
+            softmax_scale=problem.softmax_scale, window_left=problem.window_left,
+            max_seqlen_q=problem.max_seqlen_q, num_splits=splits, config=config,
+        )  # fmt: skip
+
+
+def run_triton(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    rel_logits: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    softmax_scale: float,
+    window_left: int,
+    max_seqlen_q: int,
+    num_splits: int,
+    config,
+) -> None:
+    """Forward kernel (and, with num_splits > 1, the combine) with an explicit launch config.
+
+    The backend's ``run`` uses the tuned config; the tuner (``inkling_ops.tuning``) calls this
+    with candidates. Arguments must already be validated.
+    """
+    from ..kernels.triton_combine import launch_rel_attn_combine
+    from ..kernels.triton_fwd import launch_rel_attn_fwd
+
+    num_tokens, num_heads, head_dim = q.shape
+    part_out = part_lse = None
+    if num_splits > 1:
+        # One workspace allocation: partial outputs (S, T, Hq, D) then log-sum-exps (S, T, Hq).
+        shape = (num_splits, num_tokens, num_heads)
+        rows = num_splits * num_tokens * num_heads
+        workspace = torch.empty(rows * (head_dim + 1), dtype=torch.float32, device=q.device)
+        part_out = workspace[: rows * head_dim].view(shape + (head_dim,))
+        part_lse = workspace[rows * head_dim :].view(shape)
+    launch_rel_attn_fwd(
+        q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out,
+        softmax_scale=softmax_scale, window_left=window_left, max_seqlen_q=max_seqlen_q,
+        num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse,
+    )  # fmt: skip
+    if num_splits > 1:
+        launch_rel_attn_combine(part_out, part_lse, out, cu_seqlens_q)

@@ -1,0 +1,1481 @@
+"""Benchmark of ``torch.ops.inkling.rel_attn`` against the peers of anchors.md.
+
+Run on the GPU machine::
+
+    python -m inkling_ops.benchmark [--out DIR] [--quick] [--cuda-graph] [--cases-filter decode]
+
+and on a CPU machine, to exercise everything except the GPU-only peers::
+
+    python -m inkling_ops.benchmark --smoke --device cpu --out /tmp/bench
+    python -m inkling_ops.benchmark --dry-run
+    python -m inkling_ops.benchmark --plot meta/bench_records.jsonl --png meta/bench.png
+
+What one run does, per case (anchors.md / bench_cases.json) and page size:
+
+1. Builds bf16 inputs on the device: random q, K, V, rel_logits (never zeros), every request with
+   ``q_len`` new tokens at the end of ``kv_len``, pages of every request a random permutation of the
+   cache's blocks (two spare blocks hold NaN), softmax_scale = 1/head_dim. The same dense K/V feed
+   the paged caches (every page size) and the dense peers.
+2. Runs each peer: ``ours`` (``inkling_ops.rel_attn(..., out=preallocated)``), ``fa4_scoremod`` and
+   ``fa4_nobias`` (flash-attn-4's CuTe DSL paged varlen kernel, with / without the bias as a
+   ``score_mod``), ``flex`` (FlexAttention, compiled, bias as score_mod, dense K/V) and
+   ``sdpa_nobias`` (``F.scaled_dot_product_attention``, dense, no bias, global layers only). A peer
+   that cannot run says why (``unavailable`` / ``skipped``) instead of stopping the run.
+3. Checks each peer against a float64 dense reference on a few query rows of the first and last
+   request (relative L2 error; above ``--tol`` (2e-2) the result is flagged but still timed).
+4. Times it: ``triton.testing.do_bench(..., return_mode="median")`` (L2 flushed before every
+   call) or, with ``--cuda-graph``, CUDA-graph replay for decode cases (L2 flushed before every
+   replay). Also records the first-call time (includes compiles) and the device memory one warm
+   call allocates beyond its inputs (``torch.cuda.max_memory_allocated`` delta).
+5. Measures eager host overhead per call on a tiny decode (see :func:`measure_host_overhead`).
+
+Accounting, as anchors.md defines it: TFLOP/s counts ``4 * head_dim * Hq`` per visible
+(query, key) pair (causal, window-limited); GB/s counts the K+V bytes that must be read
+(window-limited on sliding layers) + q + out + rel_logits bytes, once, the same count for every peer
+of a case. Records go to ``meta/bench_records.jsonl`` (one JSON line per case, page size and peer)
+and, with ``--out DIR``, also to ``DIR``; the full log goes to ``meta/bench_last.log`` (and ``DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import importlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+#: Root of the repository this module lives in (records and logs default to ``<root>/meta``).
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: Where the shared case file lives next to the repo on the development machine (absent on the GPU).
+SHARED_CASES = REPO_ROOT.parent / "shared" / "bench_cases.json"
+DEFAULT_RECORDS = REPO_ROOT / "meta" / "bench_records.jsonl"
+DEFAULT_LOG = REPO_ROOT / "meta" / "bench_last.log"
+
+#: Relative L2 error above which a result is flagged (vLLM's bf16 tolerance).
+DEFAULT_TOL = 2e-2
+#: Query lengths up to this are "decode": GB/s is their headline metric, CUDA graphs apply.
+DECODE_MAX_Q = 16
+#: The reference backend is skipped on cases with more visible pairs than this (it is slow).
+DEFAULT_REFERENCE_MAX_PAIRS = 1 << 26
+#: Spare cache blocks no request uses; they hold NaN so a peer that reads them shows it.
+SPARE_BLOCKS = 2
+#: Label of the host-overhead pseudo-case in the records.
+HOST_CASE = "host_overhead_tiny_decode"
+
+ALL_PEERS = ("ours", "fa4_scoremod", "fa4_nobias", "flex", "sdpa_nobias")
+
+# The 7 cases of /work/shared/bench_cases.json (anchors.md). The repo travels to the GPU machine
+# without ../shared, so they are embedded; ``--cases PATH`` overrides them.
+EMBEDDED_CASES: tuple[dict, ...] = (
+    dict(name="prefill8k_global", num_reqs=1, q_len=8192, kv_len=8192, hq=8, hkv=1, d=128, rel_extent=1024, window_left=-1),
+    dict(name="prefill32k_global", num_reqs=1, q_len=32768, kv_len=32768, hq=8, hkv=1, d=128, rel_extent=1024, window_left=-1),
+    dict(name="chunk2k_on16k_x4", num_reqs=4, q_len=2048, kv_len=16384, hq=8, hkv=1, d=128, rel_extent=1024, window_left=-1),
+    dict(name="prefill8k_local", num_reqs=1, q_len=8192, kv_len=8192, hq=8, hkv=2, d=128, rel_extent=512, window_left=511),
+    dict(name="decode_b64_8k", num_reqs=64, q_len=1, kv_len=8192, hq=8, hkv=1, d=128, rel_extent=1024, window_left=-1),
+    dict(name="decode_b64_8k_local", num_reqs=64, q_len=1, kv_len=8192, hq=8, hkv=2, d=128, rel_extent=512, window_left=511),
+    dict(name="decode_b1_128k", num_reqs=1, q_len=1, kv_len=131072, hq=8, hkv=1, d=128, rel_extent=1024, window_left=-1),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One benchmark shape: ``num_reqs`` requests, each ``q_len`` new tokens at the end of ``kv_len``."""
+
+    name: str
+    num_reqs: int
+    q_len: int
+    kv_len: int
+    hq: int
+    hkv: int
+    d: int
+    rel_extent: int
+    window_left: int = -1
+
+    def __post_init__(self):
+        if not (self.num_reqs >= 1 and 1 <= self.q_len <= self.kv_len):
+            raise ValueError(f"case {self.name!r}: need num_reqs >= 1 and 1 <= q_len <= kv_len, got {self}")
+        if self.hq % self.hkv:
+            raise ValueError(f"case {self.name!r}: hq ({self.hq}) must be a multiple of hkv ({self.hkv})")
+        if self.rel_extent < 1 or self.window_left < -1:
+            raise ValueError(f"case {self.name!r}: need rel_extent >= 1 and window_left >= -1, got {self}")
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_reqs * self.q_len
+
+    @property
+    def is_local(self) -> bool:
+        return self.window_left >= 0
+
+    @property
+    def is_decode(self) -> bool:
+        return self.q_len <= DECODE_MAX_Q
+
+    @property
+    def softmax_scale(self) -> float:
+        """Inkling's scale: 1/head_dim (q and k are RMS-normed)."""
+        return 1.0 / self.d
+
+    @property
+    def window_size(self) -> tuple[int, int]:
+        """``window_size`` as rel_attn takes it."""
+        return (self.window_left, 0) if self.is_local else (-1, -1)
+
+    def spec(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def case_from_dict(entry: dict) -> BenchCase:
+    """A :class:`BenchCase` from one JSON entry; says which key is missing or unknown."""
+    names = {f.name for f in dataclasses.fields(BenchCase)}
+    unknown = set(entry) - names
+    if unknown:
+        raise ValueError(f"bench case {entry.get('name', entry)!r} has unknown keys {sorted(unknown)}; expected {sorted(names)}")
+    missing = {f.name for f in dataclasses.fields(BenchCase) if f.default is dataclasses.MISSING} - set(entry)
+    if missing:
+        raise ValueError(f"bench case {entry.get('name', entry)!r} lacks keys {sorted(missing)}")
+    return BenchCase(**entry)
+
+
+def load_cases(path: str | Path | None) -> tuple[list[BenchCase], str]:
+    """Cases from ``path``, else from the shared JSON next to the repo if present, else the embedded copy.
+
+    Returns the cases and where they came from.
+    """
+    if path is None and SHARED_CASES.is_file():
+        path = SHARED_CASES
+    if path is None:
+        return [case_from_dict(dict(c)) for c in EMBEDDED_CASES], "embedded"
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"--cases {path}: cannot read a JSON case file: {exc}") from exc
+    entries = data["cases"] if isinstance(data, dict) and "cases" in data else data
+    if not isinstance(entries, list):
+        raise SystemExit(f"--cases {path}: expected a list of cases or an object with a 'cases' list")
+    return [case_from_dict(e) for e in entries], str(path)
+
+
+def filter_cases(cases: Iterable[BenchCase], pattern: str | None) -> list[BenchCase]:
+    """Cases whose name contains any of the comma-separated substrings in ``pattern`` (all if None)."""
+    if not pattern:
+        return list(cases)
+    parts = [p.strip() for p in pattern.split(",") if p.strip()]
+    return [c for c in cases if any(p in c.name for p in parts)]
+
+
+def smoke_case(case: BenchCase) -> BenchCase:
+    """A tiny version of ``case`` with the same structure (for CPU smoke runs).
+
+    Lengths shrink 64x (q_len 1 stays 1), at most 4 requests, E shrinks 16x and a window becomes
+    E - 1, so the bias band, the window and the causal diagonal all still matter.
+    """
+    q_len = 1 if case.q_len == 1 else max(16, case.q_len // 64)
+    kv_len = max(q_len, case.kv_len // 64)
+    rel_extent = max(8, case.rel_extent // 16)
+    return dataclasses.replace(
+        case,
+        num_reqs=min(case.num_reqs, 4),
+        q_len=q_len,
+        kv_len=kv_len,
+        rel_extent=rel_extent,
+        window_left=rel_extent - 1 if case.is_local else -1,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Accounting (pure functions; anchors.md definitions)
+# ---------------------------------------------------------------------------------------------
+
+
+def _sum_range(lo: int, hi: int) -> int:
+    """lo + (lo + 1) + ... + hi (0 when hi < lo)."""
+    return (lo + hi) * (hi - lo + 1) // 2 if hi >= lo else 0
+
+
+def visible_pairs_per_request(q_len: int, kv_len: int, window_left: int = -1) -> int:
+    """Visible (query, key) pairs of one request: its q_len queries are the last of kv_len positions.
+
+    Query ``i`` sits at ``a = kv_len - q_len + i`` and sees ``a + 1`` keys, or ``min(a + 1,
+    window_left + 1)`` with a window. E.g. an 8K causal prefill has 8192 * 8193 / 2 pairs.
+    """
+    if not 0 <= q_len <= kv_len:
+        raise ValueError(f"need 0 <= q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
+    first, last = kv_len - q_len + 1, kv_len  # keys seen by the first and last query, unwindowed
+    if window_left < 0:
+        return _sum_range(first, last)
+    cap = window_left + 1
+    return _sum_range(first, min(last, cap)) + cap * max(0, last - max(first, cap + 1) + 1)
+
+
+def kv_positions_read_per_request(q_len: int, kv_len: int, window_left: int = -1) -> int:
+    """Key positions some query of the request sees: all kv_len, or from the first query's window start."""
+    if window_left < 0:
+        return kv_len
+    return kv_len - max(0, kv_len - q_len - window_left)
+
+
+def visible_pairs(case: BenchCase) -> int:
+    return case.num_reqs * visible_pairs_per_request(case.q_len, case.kv_len, case.window_left)
+
+
+def flop_count(case: BenchCase) -> int:
+    """4 * d * Hq per visible pair (QK^T and PV, 2 flops per multiply-add)."""
+    return 4 * case.d * case.hq * visible_pairs(case)
+
+
+def byte_count(case: BenchCase, elem_bytes: int = 2) -> int:
+    """K+V bytes that must be read (window-limited) + q + out + rel_logits bytes, each once."""
+    kv = 2 * case.num_reqs * kv_positions_read_per_request(case.q_len, case.kv_len, case.window_left) * case.hkv * case.d
+    q_and_out = 2 * case.num_tokens * case.hq * case.d
+    rel = case.num_tokens * case.hq * case.rel_extent
+    return elem_bytes * (kv + q_and_out + rel)
+
+
+def tflops(case: BenchCase, ms: float) -> float:
+    return flop_count(case) / (ms * 1e-3) / 1e12
+
+
+def gbps(case: BenchCase, ms: float) -> float:
+    return byte_count(case) / (ms * 1e-3) / 1e9
+
+
+def headline_metric(case: BenchCase) -> str:
+    """The metric the table shows: GB/s for decode, TFLOP/s otherwise."""
+    return "GB/s" if case.is_decode else "TFLOP/s"
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CaseInputs:
+    """The tensors of one case, shared by every page size and peer.
+
+    q (T, Hq, D), rel_logits (T, Hq, E), k_dense / v_dense (B, kv_len, Hkv, D); T = B * q_len,
+    request b owns rows [b * q_len, (b + 1) * q_len).
+    """
+
+    case: BenchCase
+    q: torch.Tensor
+    rel_logits: torch.Tensor
+    k_dense: torch.Tensor
+    v_dense: torch.Tensor
+    cu_seqlens_q: torch.Tensor
+    cache_seqlens: torch.Tensor
+    generator: torch.Generator
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+
+@dataclass
+class PagedInputs:
+    """Paged caches (num_blocks, page, Hkv, D) holding ``CaseInputs``' K/V through ``block_table``."""
+
+    page_size: int
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor
+    block_table: torch.Tensor
+
+
+@dataclass
+class DenseInputs:
+    """Unpaged (B, H, L, D) tensors for the dense peers (contiguous)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+
+
+def make_inputs(case: BenchCase, device: torch.device, seed: int, dtype: torch.dtype = torch.bfloat16) -> CaseInputs:
+    """Random inputs for ``case``, built directly on ``device`` (fast for the 32K and 128K cases)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, device=device, dtype=dtype)
+
+    b, t = case.num_reqs, case.num_tokens
+    return CaseInputs(
+        case=case,
+        q=randn(t, case.hq, case.d),
+        rel_logits=randn(t, case.hq, case.rel_extent),
+        k_dense=randn(b, case.kv_len, case.hkv, case.d),
+        v_dense=randn(b, case.kv_len, case.hkv, case.d),
+        cu_seqlens_q=torch.arange(b + 1, device=device, dtype=torch.int32) * case.q_len,
+        cache_seqlens=torch.full((b,), case.kv_len, device=device, dtype=torch.int32),
+        generator=g,
+    )
+
+
+def make_paged(inputs: CaseInputs, page_size: int, spare_blocks: int = SPARE_BLOCKS) -> PagedInputs:
+    """Scatter the dense K/V into pages: each request's pages are a random permutation of the blocks.
+
+    The tail of a request's last page (when kv_len is not a multiple of page_size) holds finite
+    random values (FA4's TMA page loads read whole pages); spare blocks hold NaN.
+    """
+    case, device = inputs.case, inputs.device
+    pages = -(-case.kv_len // page_size)
+    used = case.num_reqs * pages
+    num_blocks = used + spare_blocks
+    perm = torch.randperm(num_blocks, generator=inputs.generator, device=device)
+    block_table = perm[:used].view(case.num_reqs, pages).to(torch.int32).contiguous()
+
+    def paged(dense: torch.Tensor) -> torch.Tensor:
+        cache = torch.full((num_blocks, page_size, case.hkv, case.d), float("nan"), device=device, dtype=dense.dtype)
+        pad = pages * page_size - case.kv_len
+        if pad:
+            filler = torch.randn(case.num_reqs, pad, case.hkv, case.d, generator=inputs.generator, device=device, dtype=dense.dtype)
+            dense = torch.cat([dense, filler], dim=1)
+        cache[perm[:used]] = dense.reshape(used, page_size, case.hkv, case.d)
+        return cache
+
+    return PagedInputs(page_size, paged(inputs.k_dense), paged(inputs.v_dense), block_table)
+
+
+def make_dense(inputs: CaseInputs) -> DenseInputs:
+    """(B, H, L, D) contiguous copies for SDPA and FlexAttention (one request per batch row)."""
+    case = inputs.case
+    q = inputs.q.view(case.num_reqs, case.q_len, case.hq, case.d).transpose(1, 2).contiguous()
+    return DenseInputs(q, inputs.k_dense.transpose(1, 2).contiguous(), inputs.v_dense.transpose(1, 2).contiguous())
+
+
+def dense_to_packed(out: torch.Tensor) -> torch.Tensor:
+    """(B, Hq, q_len, D) -> (B * q_len, Hq, D), the packed row order of q."""
+    b, h, l, d = out.shape
+    return out.transpose(1, 2).reshape(b * l, h, d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Correctness: a float64 dense reference on a few rows
+# ---------------------------------------------------------------------------------------------
+
+
+def check_rows(case: BenchCase) -> list[tuple[int, int]]:
+    """(request, query row) pairs checked: first, second, middle and last two rows of the first and last request."""
+    local = sorted({i for i in (0, 1, case.q_len // 2, case.q_len - 2, case.q_len - 1) if 0 <= i < case.q_len})
+    reqs = sorted({0, case.num_reqs - 1})
+    return [(b, i) for b in reqs for i in local]
+
+
+def reference_rows(inputs: CaseInputs, rows: Sequence[tuple[int, int]], with_bias: bool) -> torch.Tensor:
+    """rel_attn (contract section 1) for the given rows, densely in float64: (len(rows), Hq, D)."""
+    case = inputs.case
+    group = case.hq // case.hkv
+    outs = []
+    for b, i in rows:
+        t = b * case.q_len + i
+        q_abs = case.kv_len - case.q_len + i
+        lo = 0 if case.window_left < 0 else max(0, q_abs - case.window_left)
+        keys = inputs.k_dense[b, lo : q_abs + 1].double().repeat_interleave(group, dim=1)  # (n, Hq, D)
+        vals = inputs.v_dense[b, lo : q_abs + 1].double().repeat_interleave(group, dim=1)
+        logits = case.softmax_scale * torch.einsum("hd,nhd->hn", inputs.q[t].double(), keys)
+        if with_bias:
+            dist = q_abs - torch.arange(lo, q_abs + 1, device=inputs.device)
+            bias = inputs.rel_logits[t].double()[:, dist.clamp(max=case.rel_extent - 1)]
+            logits = logits + torch.where(dist < case.rel_extent, bias, torch.zeros_like(bias))
+        outs.append(torch.einsum("hn,nhd->hd", torch.softmax(logits, dim=-1), vals))
+    return torch.stack(outs)
+
+
+def relative_l2(packed_out: torch.Tensor, rows: Sequence[tuple[int, int]], ref: torch.Tensor, q_len: int) -> float:
+    """||out - ref|| / ||ref|| over the checked rows (NaN propagates, and is flagged)."""
+    got = torch.stack([packed_out[b * q_len + i].double() for b, i in rows])
+    return float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref))
+
+
+# ---------------------------------------------------------------------------------------------
+# Peers
+# ---------------------------------------------------------------------------------------------
+
+
+class Unavailable(Exception):
+    """A peer cannot run here (software, hardware or policy); the message says why."""
+
+    def __init__(self, reason: str, status: str = "unavailable"):
+        super().__init__(reason)
+        self.status = status
+
+
+@dataclass
+class Prepared:
+    """A peer ready to run one case: ``fn()`` launches it and returns its output."""
+
+    fn: Callable[[], torch.Tensor]
+    to_packed: Callable[[torch.Tensor], torch.Tensor] = lambda out: out
+    capturable: bool = True
+    backend: str | None = None
+    note: str = ""
+
+
+class Peer:
+    """An implementation to time. Subclasses set ``name``, ``biased`` and ``dense`` and implement ``prepare``."""
+
+    name = ""
+    #: computes the Inkling bias (checked against the biased reference) or not
+    biased = True
+    #: reads dense, unpaged K/V: one measurement serves every page size
+    dense = False
+
+    def unavailable(self, case: BenchCase, device: torch.device) -> str | None:
+        """Why this peer cannot run ``case`` on ``device`` (software or hardware missing), or None."""
+        return None
+
+    def skipped(self, case: BenchCase) -> str | None:
+        """Why this benchmark does not run this peer on ``case`` by policy, or None."""
+        return None
+
+    def prepare(self, inputs: CaseInputs, paged: PagedInputs | None, dense: DenseInputs | None) -> Prepared:
+        raise NotImplementedError
+
+
+class OursPeer(Peer):
+    """``inkling_ops.rel_attn(..., out=preallocated)``, with the default or a named backend."""
+
+    biased = True
+    dense = False
+
+    def __init__(self, backend: str | None, reference_max_pairs: int):
+        self.backend = backend
+        self.reference_max_pairs = reference_max_pairs
+        self.name = "ours" if backend is None else f"ours[{backend}]"
+
+    def resolve(self, inputs: CaseInputs, paged: PagedInputs, out: torch.Tensor) -> tuple[str, int]:
+        """The backend and split count the dispatcher picks for this call (host-only planning)."""
+        from . import dispatch
+        from .validation import check_call
+
+        case = inputs.case
+        problem = check_call(
+            inputs.q, paged.key_cache, paged.value_cache, paged.block_table, inputs.cache_seqlens,
+            inputs.cu_seqlens_q, inputs.rel_logits, case.q_len, case.softmax_scale, list(case.window_size),
+            True, 0, out,
+        )  # fmt: skip
+        try:
+            backend, splits, _ = dispatch.plan(problem, inputs.device, self.backend)
+        except ValueError as exc:
+            raise Unavailable(str(exc)) from exc
+        return backend.name, splits
+
+    def prepare(self, inputs, paged, dense):
+        from .api import rel_attn
+
+        case = inputs.case
+        out = torch.empty_like(inputs.q)
+        backend, splits = self.resolve(inputs, paged, out)
+        if backend == "reference" and visible_pairs(case) > self.reference_max_pairs:
+            raise Unavailable(
+                f"the reference backend is slow: {visible_pairs(case):.3g} visible pairs > --reference-max-pairs "
+                f"{self.reference_max_pairs:.3g}",
+                status="skipped",
+            )
+        kwargs = dict(
+            block_table=paged.block_table,
+            cache_seqlens=inputs.cache_seqlens,
+            cu_seqlens_q=inputs.cu_seqlens_q,
+            rel_logits=inputs.rel_logits,
+            max_seqlen_q=case.q_len,
+            softmax_scale=case.softmax_scale,
+            window_size=case.window_size,
+            out=out,
+            backend=self.backend,
+        )
+
+        def fn():
+            return rel_attn(inputs.q, paged.key_cache, paged.value_cache, **kwargs)
+
+        # The reference backend reads metadata on the host: it cannot be captured in a CUDA graph.
+        return Prepared(fn, capturable=backend != "reference", backend=backend, note=f"backend={backend} splits={splits}")
+
+
+# --- flash-attn-4 ---------------------------------------------------------------------------
+
+_FA4_SCORE_MODS: dict[int, Callable] = {}
+
+
+def fa4_rel_bias_score_mod(rel_extent: int) -> Callable:
+    """Our CuTe DSL ``score_mod`` adding the Inkling bias, for flash-attn-4 with ``aux_tensors=[rel_logits]``.
+
+    flash-attn-4 (4.0.0b36) calls it as ``score_mod(scores, b_idx, h_idx, q_idx=, kv_idx=,
+    seqlen_info=, aux_tensors=)`` with one-element TensorSSA vectors (vector size 1 when aux
+    tensors are given), ``scores`` already multiplied by softmax_scale, ``q_idx`` / ``kv_idx``
+    request-local (and, for loads, wrapped modulo seqlen_q / seqlen_k, so padded tile rows stay
+    in range), and ``seqlen_info`` a ``SeqlenInfoQK`` with ``offset_q``, ``seqlen_q``, ``seqlen_k``.
+    The query's absolute position is ``q_idx + seqlen_k - seqlen_q``; the packed row of
+    rel_logits is ``offset_q + q_idx``; the bias is ``rel_logits[row, h, d]`` for ``0 <= d < E``
+    and 0 otherwise, loaded at a clamped index. One function per E (E is a compile-time constant;
+    flash-attn-4 keys its compile cache on the function's source and captured values).
+    """
+    if rel_extent in _FA4_SCORE_MODS:
+        return _FA4_SCORE_MODS[rel_extent]
+    import cutlass
+    import cutlass.cute as cute
+
+    @cute.jit
+    def inkling_rel_bias(scores, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
+        rel_logits = aux_tensors[0]
+        distance = q_idx + (seqlen_info.seqlen_k - seqlen_info.seqlen_q) - kv_idx
+        in_band = (distance >= 0) & (distance < rel_extent)
+        column = cute.where(in_band, distance, cute.full_like(distance, 0))
+        row = q_idx + seqlen_info.offset_q
+        # Indexing a tensor takes scalars: move each one-element vector through registers.
+        row_r = cute.make_rmem_tensor(1, cutlass.Int32)
+        row_r.store(row)
+        head_r = cute.make_rmem_tensor(1, cutlass.Int32)
+        head_r.store(h_idx)
+        col_r = cute.make_rmem_tensor(1, cutlass.Int32)
+        col_r.store(column)
+        bias_r = cute.make_rmem_tensor(1, cutlass.Float32)
+        bias_r[0] = rel_logits[row_r[0], head_r[0], col_r[0]].to(cutlass.Float32)
+        return scores + cute.where(in_band, bias_r.load(), cute.full_like(scores, 0.0))
+
+    _FA4_SCORE_MODS[rel_extent] = inkling_rel_bias
+    return inkling_rel_bias
+
+
+def import_fa4() -> Callable:
+    """``flash_attn.cute.flash_attn_varlen_func``, or :class:`Unavailable` saying why not."""
+    try:
+        module = importlib.import_module("flash_attn.cute")
+        return module.flash_attn_varlen_func
+    except Exception as exc:  # ImportError, or a CUDA/DSL error raised while importing
+        raise Unavailable(f"cannot import flash_attn.cute (flash-attn-4): {type(exc).__name__}: {exc}") from exc
+
+
+def call_fa4(
+    varlen_fn: Callable,
+    case: BenchCase,
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    block_table: torch.Tensor,
+    rel_logits: torch.Tensor | None,
+) -> torch.Tensor:
+    """One paged-varlen flash-attn-4 call as vLLM makes it on Hopper; the bias when ``rel_logits`` is given."""
+    biased = rel_logits is not None
+    out, _lse = varlen_fn(
+        q,
+        key_cache,
+        value_cache,
+        cu_seqlens_q=cu_seqlens_q,
+        max_seqlen_q=case.q_len,
+        seqused_k=cache_seqlens,
+        page_table=block_table,
+        softmax_scale=case.softmax_scale,
+        causal=True,
+        window_size=(case.window_left, 0) if case.is_local else (None, None),
+        num_splits=1,
+        score_mod=fa4_rel_bias_score_mod(case.rel_extent) if biased else None,
+        aux_tensors=[rel_logits] if biased else None,
+    )
+    return out
+
+
+class Fa4Peer(Peer):
+    """flash-attn-4's CuTe DSL kernel, paged varlen, ``num_splits=1``; the bias as our ``score_mod``."""
+
+    dense = False
+
+    def __init__(self, with_bias: bool):
+        self.biased = with_bias
+        self.name = "fa4_scoremod" if with_bias else "fa4_nobias"
+
+    def unavailable(self, case, device):
+        if device.type != "cuda":
+            return f"flash-attn-4 runs on CUDA only (device is {device.type})"
+        major, minor = torch.cuda.get_device_capability(device)
+        if major < 9:
+            return f"flash-attn-4's paged kernel needs SM90 or newer (device is sm_{major}{minor})"
+        try:
+            import_fa4()
+        except Unavailable as exc:
+            return str(exc)
+        return None
+
+    def prepare(self, inputs, paged, dense):
+        varlen_fn = import_fa4()
+        rel = inputs.rel_logits if self.biased else None
+
+        def fn():
+            return call_fa4(
+                varlen_fn, inputs.case, inputs.q, paged.key_cache, paged.value_cache,
+                inputs.cu_seqlens_q, inputs.cache_seqlens, paged.block_table, rel,
+            )  # fmt: skip
+
+        return Prepared(fn)
+
+
+# --- FlexAttention ----------------------------------------------------------------------------
+
+_FLEX_COMPILED: Callable | None = None
+
+
+def compiled_flex() -> Callable:
+    """``flex_attention`` under ``torch.compile(dynamic=False)``, built once; static shapes per case."""
+    global _FLEX_COMPILED
+    if _FLEX_COMPILED is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        # Every case recompiles (new shapes, new captured tensors); keep dynamo from giving up.
+        config = torch._dynamo.config
+        for knob in ("recompile_limit", "cache_size_limit"):
+            if hasattr(config, knob):
+                setattr(config, knob, max(getattr(config, knob), 64))
+        _FLEX_COMPILED = torch.compile(flex_attention, dynamic=False)
+    return _FLEX_COMPILED
+
+
+def flex_mods(case: BenchCase, rel_dense: torch.Tensor | None) -> tuple[Callable, Callable | None]:
+    """(mask_mod, score_mod) for FlexAttention over dense (B, H, L, D) tensors, one request per batch row.
+
+    ``rel_dense`` is (B, Hq, q_len, E); the query at ``q_idx`` sits at ``q_idx + kv_len - q_len``.
+    """
+    offset, window, extent = case.kv_len - case.q_len, case.window_left, case.rel_extent
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        distance = q_idx + offset - kv_idx
+        visible = distance >= 0
+        if window >= 0:
+            visible = visible & (distance <= window)
+        return visible
+
+    if rel_dense is None:
+        return mask_mod, None
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        distance = q_idx + offset - kv_idx
+        bias = rel_dense[b, h, q_idx, distance.clamp(0, extent - 1)]
+        in_band = (distance >= 0) & (distance < extent)
+        return score + torch.where(in_band, bias, torch.zeros_like(bias))
+
+    return mask_mod, score_mod
+
+
+class FlexPeer(Peer):
+    """FlexAttention (compiled on CUDA, eager on CPU by default), bias as score_mod, dense K/V, GQA."""
+
+    name = "flex"
+    biased = True
+    dense = True
+
+    def __init__(self, mode: str = "auto"):
+        if mode not in ("auto", "compile", "eager"):
+            raise ValueError(f"--flex-mode is {mode!r}; expected auto, compile or eager")
+        self.mode = mode
+
+    def unavailable(self, case, device):
+        try:
+            importlib.import_module("torch.nn.attention.flex_attention")
+        except Exception as exc:
+            return f"cannot import torch.nn.attention.flex_attention: {type(exc).__name__}: {exc}"
+        return None
+
+    def prepare(self, inputs, paged, dense):
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        case, device = inputs.case, inputs.device
+        compile_it = self.mode == "compile" or (self.mode == "auto" and device.type == "cuda")
+        rel_dense = inputs.rel_logits.view(case.num_reqs, case.q_len, case.hq, case.rel_extent).transpose(1, 2).contiguous()
+        mask_mod, score_mod = flex_mods(case, rel_dense)
+        # Uncompiled mask creation materializes (B, q_len, kv_len) booleans: compile it for big cases.
+        big_mask = device.type == "cuda" and case.num_reqs * case.q_len * case.kv_len > (1 << 28)
+        block_mask = create_block_mask(mask_mod, case.num_reqs, None, case.q_len, case.kv_len, device=device, _compile=big_mask)
+        attend = compiled_flex() if compile_it else flex_attention
+
+        def fn():
+            return attend(dense.q, dense.k, dense.v, score_mod=score_mod, block_mask=block_mask, scale=case.softmax_scale, enable_gqa=True)
+
+        return Prepared(fn, to_packed=dense_to_packed, note="compiled" if compile_it else "eager")
+
+
+# --- SDPA ---------------------------------------------------------------------------------------
+
+
+class SdpaPeer(Peer):
+    """``F.scaled_dot_product_attention`` on dense K/V without the bias; global layers only."""
+
+    name = "sdpa_nobias"
+    biased = False
+    dense = True
+
+    def skipped(self, case):
+        if case.is_local:
+            return "SDPA has no sliding-window mask (anchors.md skips it on sliding layers)"
+        return None
+
+    def prepare(self, inputs, paged, dense):
+        import torch.nn.functional as F
+
+        case = inputs.case
+        kwargs = dict(scale=case.softmax_scale, enable_gqa=True)
+        if case.q_len == case.kv_len:
+            kwargs["is_causal"] = True  # top-left and bottom-right causal coincide
+            note = "is_causal=True"
+        elif case.q_len == 1:
+            note = "no mask (one query sees every key)"
+        else:
+            from torch.nn.attention.bias import causal_lower_right
+
+            kwargs["attn_mask"] = causal_lower_right(case.q_len, case.kv_len)
+            note = "attn_mask=causal_lower_right"
+
+        def fn():
+            return F.scaled_dot_product_attention(dense.q, dense.k, dense.v, **kwargs)
+
+        return Prepared(fn, to_packed=dense_to_packed, note=note)
+
+
+def make_peers(names: Sequence[str], backends: Sequence[str | None], reference_max_pairs: int, flex_mode: str) -> list[Peer]:
+    """The peers to run, in table order; ``ours`` expands to one peer per backend."""
+    unknown = [n for n in names if n not in ALL_PEERS]
+    if unknown:
+        raise SystemExit(f"--peers: unknown peer(s) {unknown}; expected a subset of {list(ALL_PEERS)}")
+    peers: list[Peer] = []
+    for name in names:
+        if name == "ours":
+            peers.extend(OursPeer(b, reference_max_pairs) for b in backends)
+        elif name == "fa4_scoremod":
+            peers.append(Fa4Peer(with_bias=True))
+        elif name == "fa4_nobias":
+            peers.append(Fa4Peer(with_bias=False))
+        elif name == "flex":
+            peers.append(FlexPeer(flex_mode))
+        elif name == "sdpa_nobias":
+            peers.append(SdpaPeer())
+    return peers
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing and measurements
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How to time: do_bench's warmup/rep (ms), CUDA-graph replays, CPU repetitions."""
+
+    warmup_ms: int = 25
+    rep_ms: int = 100
+    graph_reps: int = 100
+    cpu_reps: int = 5
+    cuda_graph: bool = False
+    host_calls: int = 500
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_first_call(fn: Callable[[], torch.Tensor], device: torch.device) -> tuple[torch.Tensor, float]:
+    """Run ``fn`` once (this includes any compile), wait for it; return its output and the seconds taken."""
+    synchronize(device)
+    start = time.perf_counter()
+    out = fn()
+    synchronize(device)
+    return out, time.perf_counter() - start
+
+
+def time_do_bench(fn: Callable, cfg: TimingConfig) -> float:
+    """Median ms of ``triton.testing.do_bench`` (L2 flushed before every timed call)."""
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=cfg.warmup_ms, rep=cfg.rep_ms, return_mode="median"))
+
+
+def time_cuda_graph(fn: Callable, cfg: TimingConfig, device: torch.device) -> float:
+    """Median ms of replaying a CUDA graph of one ``fn`` call, with the L2 flushed (eagerly) before each replay."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # warm up on a side stream, as capture requires
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize(device)
+    flush = torch.empty(256 << 20, dtype=torch.int8, device=device)  # larger than the H200's 60 MB L2
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.graph_reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.graph_reps)]
+    for start, end in zip(starts, ends):
+        flush.zero_()
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize(device)
+    del graph
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def time_cpu(fn: Callable, cfg: TimingConfig) -> float:
+    """Median wall ms of ``cfg.cpu_reps`` calls (CPU runs only)."""
+    fn()
+    times = []
+    for _ in range(cfg.cpu_reps):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def time_peer(prepared: Prepared, case: BenchCase, cfg: TimingConfig, device: torch.device) -> tuple[float, str]:
+    """Median ms and a description of the method used."""
+    if device.type != "cuda":
+        return time_cpu(prepared.fn, cfg), f"cpu wall clock, median of {cfg.cpu_reps}"
+    do_bench_method = f"triton do_bench median (L2 flushed), warmup={cfg.warmup_ms}ms rep={cfg.rep_ms}ms"
+    if cfg.cuda_graph and case.is_decode:
+        if not prepared.capturable:
+            return time_do_bench(prepared.fn, cfg), do_bench_method + " (not capturable: host-synchronizing backend)"
+        try:
+            return time_cuda_graph(prepared.fn, cfg, device), f"CUDA graph replay median of {cfg.graph_reps} (L2 flushed)"
+        except RuntimeError as exc:
+            torch.cuda.synchronize(device)  # raises again if the context is broken: the run stops there
+            return time_do_bench(prepared.fn, cfg), do_bench_method + f" (graph capture failed: {first_line(exc)})"
+    return time_do_bench(prepared.fn, cfg), do_bench_method
+
+
+def measure_memory_mb(fn: Callable, device: torch.device) -> float | None:
+    """Device memory (MB) one warm call allocates beyond what exists before it (peak delta); None on CPU."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    out = fn()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    del out
+    return (peak - before) / 2**20
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:limit]
+
+
+# ---------------------------------------------------------------------------------------------
+# Logging, environment, records
+# ---------------------------------------------------------------------------------------------
+
+
+class Log:
+    """Prints short lines (through tqdm when a bar is active) and writes everything to log files."""
+
+    def __init__(self, paths: Sequence[Path], quiet: bool = False):
+        self.files = []
+        for p in paths:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            self.files.append(open(p, "w"))
+        self.quiet = quiet
+        self.bar = None
+
+    def detail(self, message: str) -> None:
+        """To the log files only."""
+        for f in self.files:
+            f.write(message + "\n")
+            f.flush()
+
+    def info(self, message: str) -> None:
+        """To the console and the log files."""
+        self.detail(message)
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(message)
+        else:
+            print(message, flush=True)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def git_state(explicit_sha: str | None) -> tuple[str | None, bool | None]:
+    """(SHA, dirty) of the repo; ``explicit_sha`` (``--git-sha`` or $INKLING_GIT_SHA) wins. Tolerates no git."""
+    sha = explicit_sha or os.environ.get("INKLING_GIT_SHA")
+    dirty = None
+    try:
+        if sha is None:
+            sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True).stdout.strip() or None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True)
+        dirty = bool(status.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return sha, dirty
+
+
+def environment(device: torch.device, git_sha: str | None, argv: Sequence[str]) -> dict:
+    """What every record repeats: when, where, which versions, which code, which command."""
+    sha, dirty = git_state(git_sha)
+    if device.type == "cuda":
+        gpu = torch.cuda.get_device_name(device)
+        cap = "sm_%d%d" % torch.cuda.get_device_capability(device)
+    else:
+        gpu, cap = f"cpu ({platform.processor() or platform.machine()})", None
+    return {
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": gpu,
+        "arch": cap,
+        "device": str(device),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "triton": package_version("triton"),
+            "cutlass_dsl": package_version("nvidia-cutlass-dsl"),
+            "flash_attn_4": package_version("flash-attn-4"),
+            "quack_kernels": package_version("quack-kernels"),
+            "inkling_ops": package_version("inkling_ops") or getattr(importlib.import_module("inkling_ops"), "__version__", None),
+        },
+        "git_sha": sha,
+        "git_dirty": dirty,
+        "argv": list(argv),
+        "command": shlex.join(argv),
+    }
+
+
+def make_record(env: dict, case: BenchCase, page_size: int, peer: str, **fields) -> dict:
+    """One JSON record: environment, case, page size, peer, then the measurement fields."""
+    record = dict(env)
+    record.update(case=case.name, case_spec=case.spec(), page_size=page_size, peer=peer)
+    record.update(
+        status=fields.pop("status", "ok"),
+        reason=fields.pop("reason", None),
+        median_ms=None,
+        tflops=None,
+        gbps=None,
+        rel_err=None,
+        err_flag=None,
+        mem_mb=None,
+        first_call_s=None,
+        flops=flop_count(case),
+        bytes=byte_count(case),
+        timing=None,
+        backend=None,
+        note="",
+    )
+    record.update(fields)
+    record["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return record
+
+
+def write_records(records: Sequence[dict], paths: Iterable[Path]) -> None:
+    """Append one JSON line per record to each path."""
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            for r in records:
+                f.write(json.dumps(r, sort_keys=False) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Running one case
+# ---------------------------------------------------------------------------------------------
+
+
+def run_peer(peer: Peer, inputs: CaseInputs, paged: PagedInputs | None, dense: DenseInputs | None, env: dict, cfg: TimingConfig, tol: float, log: Log) -> dict:
+    """Prepare, first-call, check, measure memory and time one peer on one case; always returns a record."""
+    case, device = inputs.case, inputs.device
+    page_size = paged.page_size if paged is not None else 0
+    skip = peer.skipped(case)
+    if skip is not None:
+        return make_record(env, case, page_size, peer.name, status="skipped", reason=skip)
+    reason = peer.unavailable(case, device)
+    if reason is not None:
+        return make_record(env, case, page_size, peer.name, status="unavailable", reason=reason)
+    stage = "prepare"
+    try:
+        prepared = peer.prepare(inputs, paged, dense)
+        stage = "first call"
+        out, first_s = time_first_call(prepared.fn, device)
+        stage = "check"
+        rows = check_rows(case)
+        ref = reference_rows(inputs, rows, with_bias=peer.biased)
+        err = relative_l2(prepared.to_packed(out), rows, ref, case.q_len)
+        del out
+        stage = "memory"
+        mem = measure_memory_mb(prepared.fn, device)
+        stage = "timing"
+        ms, method = time_peer(prepared, case, cfg, device)
+    except Unavailable as exc:
+        return make_record(env, case, page_size, peer.name, status=exc.status, reason=str(exc))
+    except Exception as exc:
+        log.detail(f"{case.name} page {page_size} {peer.name}: failed at {stage}:\n{traceback.format_exc()}")
+        synchronize(device)  # a broken CUDA context raises here and ends the run
+        return make_record(env, case, page_size, peer.name, status="error", reason=f"{stage}: {first_line(exc)}")
+    flagged = not (err <= tol)  # NaN is flagged too
+    return make_record(
+        env, case, page_size, peer.name,
+        median_ms=ms, tflops=tflops(case, ms), gbps=gbps(case, ms), rel_err=err, err_flag=flagged, mem_mb=mem,
+        first_call_s=first_s, timing=method, backend=prepared.backend,
+        note=("; ".join(x for x in (prepared.note, "checked against the biased reference" if peer.biased else "checked against the unbiased reference") if x)),
+    )  # fmt: skip
+
+
+def describe(record: dict) -> str:
+    """One log line for a record."""
+    head = f"  {record['case']:<22} p{record['page_size']:<4} {record['peer']:<18}"
+    if record["status"] != "ok":
+        return f"{head} {record['status']}: {record['reason']}"
+    mem = "" if record["mem_mb"] is None else f" mem {record['mem_mb']:.1f} MB"
+    flag = "  ** rel_err above tolerance **" if record["err_flag"] else ""
+    return (
+        f"{head} {record['median_ms']:.4f} ms  {record['tflops']:.1f} TFLOP/s  {record['gbps']:.0f} GB/s  "
+        f"rel_err {record['rel_err']:.2e}  first call {record['first_call_s']:.2f} s{mem}  [{record['note']}]{flag}"
+    )
+
+
+def run_case(case: BenchCase, page_sizes: Sequence[int], peers: Sequence[Peer], device: torch.device, seed: int, env: dict, cfg: TimingConfig, tol: float, log: Log, on_step: Callable[[], None] = lambda: None) -> list[dict]:
+    """Every peer at every page size on one case; dense peers are measured once and reported per page size."""
+    records: list[dict] = []
+    inputs = make_inputs(case, device, seed)
+    dense_records: dict[str, dict] = {}
+    for page_size in page_sizes:
+        paged = make_paged(inputs, page_size)
+        dense = None
+        for peer in peers:
+            if peer.dense and peer.name in dense_records:
+                rec = dict(dense_records[peer.name], page_size=page_size)
+                rec["note"] = (rec["note"] + "; " if rec["note"] else "") + f"dense layout: measured once, at page size {page_sizes[0]}"
+            else:
+                if peer.dense and dense is None:
+                    dense = make_dense(inputs)
+                rec = run_peer(peer, inputs, paged, dense if peer.dense else None, env, cfg, tol, log)
+                if peer.dense:
+                    dense_records[peer.name] = rec
+            records.append(rec)
+            log.info(describe(rec))
+        del paged, dense
+        on_step()
+    del inputs
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# Host overhead
+# ---------------------------------------------------------------------------------------------
+
+HOST_METHOD = (
+    "tiny decode (1 request, q_len 1, kv_len 256, 8/1 heads, page 16): N back-to-back eager calls, one "
+    "synchronize at the end, wall time / N; gpu_us_per_call is the same call's device time (do_bench). "
+    "When gpu_us_per_call is well below host_us_per_call the loop is host-bound and host_us_per_call is the "
+    "eager host overhead; 'noop' is the same loop over a one-element in-place add (a bare kernel launch)."
+)
+
+
+def measure_host_overhead(peers: Sequence[Peer], device: torch.device, env: dict, cfg: TimingConfig, seed: int, log: Log) -> list[dict]:
+    """Eager host overhead per call of ours (each backend), sdpa_nobias and fa4_scoremod on a tiny decode."""
+    case = BenchCase(HOST_CASE, num_reqs=1, q_len=1, kv_len=256, hq=8, hkv=1, d=128, rel_extent=1024)
+    inputs = make_inputs(case, device, seed)
+    paged, dense = make_paged(inputs, 16), make_dense(inputs)
+    scratch = torch.zeros(1, device=device)
+    candidates: list[tuple[str, Callable[[], Prepared]]] = [("noop", lambda: Prepared(lambda: scratch.add_(1)))]
+    for peer in peers:
+        if isinstance(peer, (OursPeer, SdpaPeer)) or (isinstance(peer, Fa4Peer) and peer.biased):
+            candidates.append((peer.name, lambda peer=peer: _prepare_if_available(peer, inputs, paged, dense)))
+    records = []
+    n = cfg.host_calls if device.type == "cuda" else max(5, cfg.cpu_reps * 4)
+    for name, prepare in candidates:
+        try:
+            prepared = prepare()
+            for _ in range(3):
+                prepared.fn()
+            synchronize(device)
+            start = time.perf_counter()
+            for _ in range(n):
+                prepared.fn()
+            synchronize(device)
+            host_us = (time.perf_counter() - start) / n * 1e6
+            gpu_us = time_do_bench(prepared.fn, cfg) * 1e3 if device.type == "cuda" else None
+        except Unavailable as exc:
+            records.append(make_record(env, case, 16, name, status=exc.status, reason=str(exc), note=HOST_METHOD))
+            continue
+        except Exception as exc:
+            log.detail(f"host overhead {name}:\n{traceback.format_exc()}")
+            synchronize(device)
+            records.append(make_record(env, case, 16, name, status="error", reason=first_line(exc), note=HOST_METHOD))
+            continue
+        bound = None if gpu_us is None else ("gpu" if gpu_us > 0.5 * host_us else "host")
+        records.append(
+            make_record(env, case, 16, name, host_us_per_call=host_us, gpu_us_per_call=gpu_us, bound=bound, calls=n, backend=prepared.backend, timing="host loop", note=HOST_METHOD)
+        )
+        gpu_text = "" if gpu_us is None else f", device {gpu_us:.1f} us ({bound}-bound)"
+        log.info(f"  host overhead {name:<18} {host_us:.1f} us/call over {n} calls{gpu_text}")
+    return records
+
+
+def _prepare_if_available(peer: Peer, inputs: CaseInputs, paged: PagedInputs, dense: DenseInputs) -> Prepared:
+    skip = peer.skipped(inputs.case)
+    if skip is not None:
+        raise Unavailable(skip, status="skipped")
+    reason = peer.unavailable(inputs.case, inputs.device)
+    if reason is not None:
+        raise Unavailable(reason)
+    return peer.prepare(inputs, paged, dense if peer.dense else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Table
+# ---------------------------------------------------------------------------------------------
+
+
+def format_table(records: Sequence[dict]) -> str:
+    """Case x peer: ms, headline metric (TFLOP/s or GB/s) and ours' speed relative to the peer."""
+    timed = [r for r in records if r["case"] != HOST_CASE]
+    if not timed:
+        return "(no benchmark records)"
+    peers = list(dict.fromkeys(r["peer"] for r in timed))
+    baseline = next((p for p in peers if p.startswith("ours")), None)
+    rows = list(dict.fromkeys((r["case"], r["page_size"]) for r in timed))
+    by_key = {(r["case"], r["page_size"], r["peer"]): r for r in timed}
+    width = 22
+    lines = [
+        "cell: median ms, TFLOP/s (T, prefill) or GB/s (G, decode), and x = peer time / "
+        f"{baseline or 'ours'} time (>1: ours faster); ! = rel_err above tolerance",
+        f"{'case':<22} {'page':>4} | " + " | ".join(f"{p:<{width}}" for p in peers),
+        "-" * (30 + (width + 3) * len(peers)),
+    ]
+    for case_name, page in rows:
+        base = by_key.get((case_name, page, baseline)) if baseline else None
+        base_ms = base["median_ms"] if base and base["status"] == "ok" else None
+        cells = [_cell(by_key.get((case_name, page, p)), base_ms) for p in peers]
+        lines.append(f"{case_name:<22} {page:>4} | " + " | ".join(f"{c:<{width}}" for c in cells))
+    host = [r for r in records if r["case"] == HOST_CASE and r["status"] == "ok"]
+    if host:
+        lines.append("eager host overhead per call (tiny decode): " + ", ".join(f"{r['peer']} {r['host_us_per_call']:.1f} us" for r in host))
+    return "\n".join(lines)
+
+
+def _cell(record: dict | None, base_ms: float | None) -> str:
+    if record is None:
+        return "-"
+    if record["status"] != "ok":
+        return {"unavailable": "n/a", "skipped": "skip", "error": "ERROR"}.get(record["status"], record["status"])
+    decode = record["case_spec"]["q_len"] <= DECODE_MAX_Q
+    metric = f"{record['gbps']:.0f}G" if decode else f"{record['tflops']:.0f}T"
+    ratio = f" {record['median_ms'] / base_ms:.2f}x" if base_ms else ""
+    flag = "!" if record["err_flag"] else ""
+    return f"{record['median_ms']:.3f}ms {metric}{ratio}{flag}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot
+# ---------------------------------------------------------------------------------------------
+
+
+def latest_run(records: Sequence[dict]) -> list[dict]:
+    """Records of the last run in the file: same (git_sha, timestamp) as the last record."""
+    if not records:
+        return []
+    key = (records[-1].get("git_sha"), records[-1].get("timestamp"))
+    return [r for r in records if (r.get("git_sha"), r.get("timestamp")) == key]
+
+
+def plot_records(jsonl: Path, png: Path) -> int:
+    """Bars of median time per case (and page size) for each peer, log scale, from the latest run."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        print(f"matplotlib is not importable ({exc}); no plot written. Install it (pip install matplotlib) and rerun.")
+        return 1
+    try:
+        records = [json.loads(line) for line in Path(jsonl).read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"--plot {jsonl}: cannot read JSON lines: {exc}")
+        return 1
+    run = [r for r in latest_run(records) if r.get("status") == "ok" and r.get("median_ms") and r.get("case") != HOST_CASE]
+    if not run:
+        print(f"--plot {jsonl}: the latest run has no timed records")
+        return 1
+    groups = list(dict.fromkeys((r["case"], r["page_size"]) for r in run))
+    peers = list(dict.fromkeys(r["peer"] for r in run))
+    ms = {(r["case"], r["page_size"], r["peer"]): r["median_ms"] for r in run}
+    width = 0.8 / len(peers)
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(groups)), 5))
+    for k, peer in enumerate(peers):
+        xs = [i + (k - (len(peers) - 1) / 2) * width for i, g in enumerate(groups) if (*g, peer) in ms]
+        ys = [ms[(*g, peer)] for g in groups if (*g, peer) in ms]
+        ax.bar(xs, ys, width=width, label=peer)
+    ax.set_yscale("log")
+    ax.set_ylabel("median time (ms, log scale)")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{c}\npage {p}" for c, p in groups], rotation=45, ha="right", fontsize=8)
+    first = run[0]
+    ax.set_title(f"rel_attn vs peers on {first.get('gpu')} ({first.get('timestamp')}, {str(first.get('git_sha'))[:10]})", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    Path(png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    print(f"wrote {png} ({len(groups)} case/page groups, {len(peers)} peers)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# flash-attn-4 compile check on CPU (fake tensors)
+# ---------------------------------------------------------------------------------------------
+
+
+def check_fa4_compile(cases: Sequence[BenchCase], page_sizes: Sequence[int], log: Log) -> int:
+    """Compile our flash-attn-4 calls for SM90 on this (possibly GPU-less) machine with fake tensors.
+
+    Needs flash_attn.cute and nvidia-cutlass-dsl importable. Catches signature and score_mod
+    errors before a GPU visit; says nothing about numerics.
+    """
+    for var, value in (("FLASH_ATTENTION_ARCH", "sm_90a"), ("CUTE_DSL_ARCH", "sm_90a"), ("FLASH_ATTENTION_NUM_SMS", "132")):
+        os.environ.setdefault(var, value)
+    try:
+        varlen_fn = import_fa4()
+    except Unavailable as exc:
+        log.info(f"fa4 compile check: {exc}")
+        return 1
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    failures = 0
+    for case in cases:
+        for page in page_sizes:
+            for biased in (True, False):
+                label = f"{case.name} page {page} {'fa4_scoremod' if biased else 'fa4_nobias'}"
+                start = time.perf_counter()
+                try:
+                    with FakeTensorMode():
+                        _fa4_fake_call(varlen_fn, case, page, biased)
+                    log.info(f"  compiled  {label} ({time.perf_counter() - start:.1f} s)")
+                except Exception as exc:
+                    failures += 1
+                    log.info(f"  FAILED    {label}: {first_line(exc)}")
+                    log.detail(traceback.format_exc())
+    return 1 if failures else 0
+
+
+def _fa4_fake_call(varlen_fn: Callable, case: BenchCase, page: int, biased: bool) -> None:
+    """One :func:`call_fa4` on fake CUDA tensors shaped like ``case`` (inside a FakeTensorMode)."""
+    dev, bf16 = "cuda", torch.bfloat16
+    pages = -(-case.kv_len // page)
+    blocks = case.num_reqs * pages + SPARE_BLOCKS
+    call_fa4(
+        varlen_fn, case,
+        torch.empty(case.num_tokens, case.hq, case.d, dtype=bf16, device=dev),
+        torch.empty(blocks, page, case.hkv, case.d, dtype=bf16, device=dev),
+        torch.empty(blocks, page, case.hkv, case.d, dtype=bf16, device=dev),
+        torch.empty(case.num_reqs + 1, dtype=torch.int32, device=dev),
+        torch.empty(case.num_reqs, dtype=torch.int32, device=dev),
+        torch.empty(case.num_reqs, pages, dtype=torch.int32, device=dev),
+        torch.empty(case.num_tokens, case.hq, case.rel_extent, dtype=bf16, device=dev) if biased else None,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise SystemExit(f"{what} is {text!r}; expected comma-separated integers like 16,128") from exc
+    if not values or any(v < 1 for v in values):
+        raise SystemExit(f"{what} is {text!r}; expected positive integers")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m inkling_ops.benchmark", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", metavar="PATH", help="JSON case file (default: ../shared/bench_cases.json if present, else the embedded 7 cases)")
+    p.add_argument("--cases-filter", metavar="SUBSTR[,SUBSTR]", help="run only cases whose name contains one of these substrings")
+    p.add_argument("--page-sizes", default="16,128", help="comma-separated page sizes (default 16,128)")
+    p.add_argument("--peers", default=",".join(ALL_PEERS), help=f"comma-separated subset of {','.join(ALL_PEERS)}")
+    p.add_argument("--backends", default="default", help="backends of ours to time, e.g. triton,reference ('default': the dispatcher's choice)")
+    p.add_argument("--reference-max-pairs", type=int, default=DEFAULT_REFERENCE_MAX_PAIRS, help="skip the reference backend on cases with more visible pairs (default 2^26)")
+    p.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tol", type=float, default=DEFAULT_TOL, help="relative L2 error above which a result is flagged (default 2e-2)")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions (do_bench warmup 5 ms, rep 25 ms; 20 graph replays)")
+    p.add_argument("--warmup-ms", type=int, default=None, help="do_bench warmup (default 25, --quick 5)")
+    p.add_argument("--rep-ms", type=int, default=None, help="do_bench rep (default 100, --quick 25)")
+    p.add_argument("--cuda-graph", action="store_true", help="time decode cases by CUDA-graph replay")
+    p.add_argument("--flex-mode", default="auto", choices=("auto", "compile", "eager"), help="FlexAttention compiled or eager (auto: compiled on CUDA)")
+    p.add_argument("--no-host-overhead", action="store_true", help="skip the eager host-overhead measurement")
+    p.add_argument("--smoke", action="store_true", help="tiny versions of the cases, few repetitions (for CPU checks); writes records only with --out/--records")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (cases, accounting, peer availability) and exit")
+    p.add_argument("--out", metavar="DIR", help="also write bench_records.jsonl and bench.log to DIR")
+    p.add_argument("--records", metavar="PATH", help=f"JSON-lines file to append to (default {DEFAULT_RECORDS.relative_to(REPO_ROOT)}; 'none' to skip)")
+    p.add_argument("--log", metavar="PATH", help=f"full log file (default {DEFAULT_LOG.relative_to(REPO_ROOT)}; 'none' to skip)")
+    p.add_argument("--git-sha", help="record this SHA (default: $INKLING_GIT_SHA, else git rev-parse HEAD)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--plot", metavar="JSONL", help="draw the latest run of this records file and exit (needs --png)")
+    p.add_argument("--png", metavar="PATH", default=None, help="where --plot writes its image")
+    p.add_argument("--check-fa4-compile", action="store_true", help="compile our flash-attn-4 calls for SM90 with fake tensors (works without a GPU) and exit")
+    return p
+
+
+def resolve_device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is available here (use --device cpu --smoke on a CPU machine)")
+    if device.type not in ("cuda", "cpu"):
+        raise SystemExit(f"--device is {name!r}; expected cuda or cpu")
+    return device
+
+
+def output_paths(args: argparse.Namespace) -> tuple[list[Path], list[Path]]:
+    """(records files, log files) this run writes."""
+
+    def chosen(value: str | None, default: Path) -> list[Path]:
+        if value is not None:
+            return [] if value.lower() == "none" else [Path(value)]
+        return [] if args.smoke else [default]  # smoke runs leave meta/ alone unless asked
+
+    records, logs = chosen(args.records, DEFAULT_RECORDS), chosen(args.log, DEFAULT_LOG)
+    if args.out:
+        out = Path(args.out)
+        records.append(out / "bench_records.jsonl")
+        logs.append(out / "bench.log")
+    return records, logs
+
+
+def timing_config(args: argparse.Namespace) -> TimingConfig:
+    quick = args.quick or args.smoke
+    return TimingConfig(
+        warmup_ms=args.warmup_ms if args.warmup_ms is not None else (5 if quick else 25),
+        rep_ms=args.rep_ms if args.rep_ms is not None else (25 if quick else 100),
+        graph_reps=20 if quick else 100,
+        cpu_reps=2 if args.smoke else 5,
+        cuda_graph=args.cuda_graph,
+        host_calls=100 if quick else 500,
+    )
+
+
+def print_plan(cases: Sequence[BenchCase], page_sizes: Sequence[int], peers: Sequence[Peer], device: torch.device, log: Log) -> None:
+    """Accounting and peer availability per case, without building tensors."""
+    for case in cases:
+        log.info(
+            f"{case.name}: {case.num_reqs} x (q {case.q_len}, kv {case.kv_len}), heads {case.hq}/{case.hkv}, d {case.d}, "
+            f"E {case.rel_extent}, window {case.window_left}; pairs {visible_pairs(case):,}, "
+            f"{flop_count(case) / 1e9:.2f} GFLOP, {byte_count(case) / 1e6:.2f} MB; pages {list(page_sizes)}"
+        )
+        for peer in peers:
+            skip = peer.skipped(case)
+            reason = f"skipped: {skip}" if skip else peer.unavailable(case, device)
+            log.info(f"    {peer.name:<18} {'runs' if reason is None else reason}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.plot:
+        if not args.png:
+            raise SystemExit("--plot needs --png PATH")
+        return plot_records(Path(args.plot), Path(args.png))
+
+    cases, source = load_cases(args.cases)
+    cases = filter_cases(cases, args.cases_filter)
+    if not cases:
+        raise SystemExit(f"--cases-filter {args.cases_filter!r} matches no case")
+    if args.smoke:
+        cases = [smoke_case(c) for c in cases]
+    page_sizes = parse_int_list(args.page_sizes, "--page-sizes")
+    backends = [None if b in ("default", "") else b for b in args.backends.split(",")]
+    peers = make_peers([p.strip() for p in args.peers.split(",") if p.strip()], backends, args.reference_max_pairs, args.flex_mode)
+
+    if args.check_fa4_compile:
+        log = Log([])
+        return check_fa4_compile(cases, page_sizes, log)
+
+    device = resolve_device(args.device)
+    record_paths, log_paths = output_paths(args)
+    log = Log([] if args.dry_run else log_paths)
+    cmd_argv = ["python", "-m", "inkling_ops.benchmark", *(sys.argv[1:] if argv is None else argv)]
+    env = environment(device, args.git_sha, cmd_argv)
+    env["cases_source"] = source
+    log.info(f"rel_attn benchmark on {env['gpu']} ({env['device']}), torch {torch.__version__}, git {env['git_sha']}, cases from {source}")
+    log.detail(json.dumps(env, indent=1))
+    if args.dry_run:
+        print_plan(cases, page_sizes, peers, device, log)
+        return 0
+
+    cfg = timing_config(args)
+    records: list[dict] = []
+    started = time.perf_counter()
+    with torch.no_grad(), _progress(len(cases) * len(page_sizes), args.no_progress, log) as step:
+        for case in cases:
+            log.info(f"{case.name}: {case.num_reqs} x (q {case.q_len}, kv {case.kv_len}), heads {case.hq}/{case.hkv}, E {case.rel_extent}, window {case.window_left}")
+            records.extend(run_case(case, page_sizes, peers, device, args.seed, env, cfg, args.tol, log, on_step=step))
+        if not args.no_host_overhead:
+            log.info("eager host overhead:")
+            records.extend(measure_host_overhead(peers, device, env, cfg, args.seed, log))
+    write_records(records, record_paths)
+    log.detail(f"total wall time {time.perf_counter() - started:.1f} s; records appended to {[str(p) for p in record_paths]}")
+    table = format_table(records)
+    log.detail(table)
+    log.close()
+    print(f"\n(total {time.perf_counter() - started:.0f} s; records: {', '.join(map(str, record_paths)) or 'not written'}; log: {', '.join(map(str, log_paths)) or 'not written'})")
+    print(table)
+    return 0
+
+
+@contextlib.contextmanager
+def _progress(total: int, disabled: bool, log: Log):
+    """A progress bar over (case, page size) steps (tqdm if importable); yields the step callback."""
+    bar = None
+    if not disabled:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc="cases x page sizes", unit="step", file=sys.stderr, dynamic_ncols=True)
+        except ImportError:
+            bar = None
+    log.bar = bar
+    try:
+        yield (bar.update if bar is not None else (lambda: None))
+    finally:
+        log.bar = None
+        if bar is not None:
+            bar.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Kernels, one per file; they import nothing from the dispatcher or the op registration."""

@@ -1,0 +1,43 @@
+"""Launch configurations of the Triton kernels: a pure function of compile-key quantities.
+
+Tuned on the H200 (see meta/); no tensors or device queries here, so the configuration of every
+enumerated compile key is known ahead of time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    """Launch configuration of the forward kernel."""
+
+    block_m: int  # rows per program: query tokens x padded query heads of one KV head
+    block_n: int  # keys per tile
+    num_warps: int
+    num_stages: int
+
+
+#: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).
+DECODE_MAX_Q = 16
+
+
+def fwd_config(*, head_dim: int, q_per_kv: int, max_seqlen_q_bucket: int) -> FwdConfig:
+    """The forward kernel's configuration for one compile key.
+
+    Decode / speculative verify (bucket <= 16): a program holds every query row of its KV head
+    (up to 64 rows) and streams keys; prefill: 128-row programs over 64-key tiles (32 at
+    head_dim 256), 8 warps from head_dim 128 up.
+    """
+    g_pad = 1 << max(0, q_per_kv - 1).bit_length()
+    if max_seqlen_q_bucket <= DECODE_MAX_Q:
+        rows = max_seqlen_q_bucket * g_pad
+        block_m = min(64, max(16, 1 << max(0, rows - 1).bit_length()))
+        return FwdConfig(block_m=max(block_m, g_pad), block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=3)
+    return FwdConfig(
+        block_m=max(128, g_pad),
+        block_n=64 if head_dim <= 128 else 32,
+        num_warps=8 if head_dim >= 128 else 4,
+        num_stages=3 if head_dim <= 128 else 2,
+    )

@@ -1,0 +1,266 @@
+"""Triton forward kernel of rel_attn: paged varlen causal attention with the Inkling relative bias.
+
+One kernel serves prefill/extend and split-KV decode (``SPLIT_KV``):
+
+- A program owns ``BLOCK_M`` rows = ``BLOCK_M // G_PAD`` query tokens x ``G_PAD`` query heads of
+  one KV head of one request, so every query head of a KV head shares each K/V tile (GQA).
+- The program's key range is cut into ``BLOCK_N``-key tiles of three kinds: tiles at the low
+  edge of a sliding window (masked), tiles entirely further than ``REL_EXTENT`` from every row
+  and fully visible (the plain loop: no bias load, no mask), and tiles meeting the band
+  ``0 <= d < E`` or the diagonal (bias loaded, masked). Tiles wholly outside the window or past
+  the diagonal are never visited.
+- Online softmax in base 2: ``s = qk * (softmax_scale * log2 e)`` in plain tiles and
+  ``s = fma(bias, log2 e, qk * (softmax_scale * log2 e))`` in band tiles.
+- With ``SPLIT_KV`` the tiles of a program are shared among ``num_splits`` programs; each writes
+  its normalized partial output and base-2 log-sum-exp to a workspace that
+  :mod:`inkling_ops.kernels.triton_combine` reduces.
+
+Metadata is clamped as :mod:`inkling_ops.metadata` describes, so no access leaves its tensor
+whatever cu_seqlens_q, cache_seqlens and block_table hold. Nothing here syncs with the host.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .triton_configs import FwdConfig
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _attend_tile(
+    acc, m_i, l_i, q,
+    k_ptr, v_ptr, bt_row, j0, kv_len, num_blocks,
+    stride_kb, stride_kp, stride_vb, stride_vp,
+    rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+    offs_n, offs_d,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
+    FULL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
+
+    FULL=False: every key is visible to every row and no bias applies (no masks, no bias load).
+    FULL=True: apply the causal / window / length masks and the bias where 0 <= d < REL_EXTENT.
+    ``k_ptr``/``v_ptr`` already point at this program's KV head.
+    """
+    keys = j0 + offs_n
+    if PAGE >= BLOCK_N:
+        # The tile lies inside one page: one block-table entry, contiguous slots.
+        blk = tl.load(bt_row + j0 // PAGE)
+        blk = tl.minimum(tl.maximum(blk, 0), num_blocks - 1).to(tl.int64)
+        slots = (j0 % PAGE) + offs_n
+        k_off = blk * stride_kb + slots.to(tl.int64) * stride_kp
+        v_off = blk * stride_vb + slots.to(tl.int64) * stride_vp
+    else:
+        blk = tl.load(bt_row + keys // PAGE, mask=keys < kv_len, other=0)
+        blk = tl.minimum(tl.maximum(blk, 0), num_blocks - 1).to(tl.int64)
+        slots = (keys % PAGE).to(tl.int64)
+        k_off = blk * stride_kb + slots * stride_kp
+        v_off = blk * stride_vb + slots * stride_vp
+    if FULL:
+        key_ok = keys < kv_len
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    if FULL:
+        d = q_abs[:, None] - keys[None, :]
+        in_band = (d >= 0) & (d < REL_EXTENT) & row_valid[:, None]
+        bias = tl.load(rel_row_ptr[:, None] + d * stride_re, mask=in_band, other=0.0)
+        s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
+        visible = (d >= 0) & key_ok[None, :]
+        if WINDOW_LEFT >= 0:
+            visible = visible & (d <= WINDOW_LEFT)
+        s = tl.where(visible, s, float("-inf"))
+    else:
+        s = s * qk_scale
+
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
+    p = tl.exp2(s - m_base[:, None])
+    alpha = tl.exp2(m_i - m_base)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return acc, m_new, l_i
+
+
+@triton.jit(do_not_specialize=["num_tokens", "num_blocks"])
+def rel_attn_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, rel_ptr, bt_ptr, seqlens_ptr, cu_ptr, out_ptr, part_out_ptr, part_lse_ptr,
+    qk_scale, num_tokens, num_blocks, max_blocks_per_seq,
+    stride_qt, stride_qh,
+    stride_kb, stride_kp, stride_kh,
+    stride_vb, stride_vp, stride_vh,
+    stride_rt, stride_rh, stride_re,
+    stride_ot, stride_oh,
+    stride_bt,
+    stride_ps, stride_pt, stride_ph,
+    G: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
+    PAGE: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
+
+    Shapes: q, out (T, Hq, D); k, v (num_blocks, PAGE, Hkv, D) (any strides, last dim contiguous);
+    rel (T, Hq, REL_EXTENT); bt (num_reqs, max_blocks_per_seq); part_out (NUM_SPLITS, T, Hq, D) and
+    part_lse (NUM_SPLITS, T, Hq) fp32, used only with SPLIT_KV.
+    """
+    BLOCK_Q: tl.constexpr = BLOCK_M // G_PAD
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest rows first (causal load balance)
+    pid_split = tl.program_id(1)
+    pid_bh = tl.program_id(2)
+    req = pid_bh // NUM_KV_HEADS
+    kv_head = pid_bh % NUM_KV_HEADS
+
+    # Clamped metadata (inkling_ops.metadata): every index below stays in bounds.
+    q_start = tl.minimum(tl.maximum(tl.load(cu_ptr + req), 0), num_tokens)
+    q_len = tl.minimum(tl.maximum(tl.load(cu_ptr + req + 1), q_start), num_tokens) - q_start
+    kv_len = tl.minimum(tl.maximum(tl.load(seqlens_ptr + req), 0), max_blocks_per_seq * PAGE)
+    if pid_m * BLOCK_Q >= q_len:
+        return
+
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    tok = pid_m * BLOCK_Q + offs_m // G_PAD  # request-local token of each row
+    grp = offs_m % G_PAD
+    row_valid = (tok < q_len) & (grp < G)
+    q_abs = kv_len - q_len + tok
+    head = kv_head * G + grp
+    t_row = (q_start + tok).to(tl.int64)
+
+    q = tl.load(
+        q_ptr + t_row[:, None] * stride_qt + head[:, None].to(tl.int64) * stride_qh + offs_d[None, :],
+        mask=row_valid[:, None],
+        other=0.0,
+    )
+    rel_row_ptr = rel_ptr + t_row * stride_rt + head.to(tl.int64) * stride_rh
+    k_head_ptr = k_ptr + kv_head.to(tl.int64) * stride_kh
+    v_head_ptr = v_ptr + kv_head.to(tl.int64) * stride_vh
+    bt_row = bt_ptr + req.to(tl.int64) * stride_bt
+
+    # Key range of this program's rows: [lo, hi), cut into BLOCK_N tiles from lo_tile.
+    last_tok = tl.minimum(q_len, (pid_m + 1) * BLOCK_Q) - 1
+    qa_lo = kv_len - q_len + pid_m * BLOCK_Q
+    qa_hi = kv_len - q_len + last_tok
+    hi = tl.minimum(kv_len, qa_hi + 1)
+    if WINDOW_LEFT >= 0:
+        lo = tl.maximum(qa_lo - WINDOW_LEFT, 0)
+    else:
+        lo = 0
+    lo_tile = (lo // BLOCK_N) * BLOCK_N
+    n_tiles = tl.maximum(tl.cdiv(hi - lo_tile, BLOCK_N), 0)
+    # Tiles [0, n_edge): low edge of the window, where some row's window starts inside the tile.
+    if WINDOW_LEFT >= 0:
+        n_edge = tl.minimum(tl.maximum(tl.cdiv(qa_hi - WINDOW_LEFT - lo_tile, BLOCK_N), 0), n_tiles)
+    else:
+        n_edge = 0
+    # Tiles [n_edge, n_plain): every key at distance >= REL_EXTENT (>= 1) from every row: plain.
+    n_plain = tl.minimum(tl.maximum((qa_lo - REL_EXTENT + 1 - lo_tile) // BLOCK_N, n_edge), n_tiles)
+
+    if SPLIT_KV:
+        per_split = tl.cdiv(n_tiles, NUM_SPLITS)
+        t_begin = pid_split * per_split
+        t_end = tl.minimum(t_begin + per_split, n_tiles)
+    else:
+        t_begin = 0
+        t_end = n_tiles
+
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+
+    for t in tl.range(t_begin, tl.minimum(t_end, n_edge)):
+        acc, m_i, l_i = _attend_tile(
+            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + t * BLOCK_N, kv_len, num_blocks,
+            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
+        )  # fmt: skip
+    for t in tl.range(tl.maximum(t_begin, n_edge), tl.minimum(t_end, n_plain), num_stages=NUM_STAGES):
+        acc, m_i, l_i = _attend_tile(
+            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + t * BLOCK_N, kv_len, num_blocks,
+            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, False, DOT_PRECISION,
+        )  # fmt: skip
+    for t in tl.range(tl.maximum(t_begin, n_plain), t_end, num_stages=NUM_STAGES):
+        acc, m_i, l_i = _attend_tile(
+            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + t * BLOCK_N, kv_len, num_blocks,
+            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
+        )  # fmt: skip
+
+    o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
+    if SPLIT_KV:
+        lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
+        p_off = pid_split * stride_ps + t_row * stride_pt + head.to(tl.int64) * stride_ph
+        tl.store(part_lse_ptr + p_off, lse, mask=row_valid)
+        tl.store(part_out_ptr + p_off[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_valid[:, None])
+    else:
+        tl.store(
+            out_ptr + t_row[:, None] * stride_ot + head[:, None].to(tl.int64) * stride_oh + offs_d[None, :],
+            o.to(out_ptr.dtype.element_ty),
+            mask=row_valid[:, None],
+        )
+
+
+def launch_rel_attn_fwd(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    rel_logits: torch.Tensor,
+    block_table: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    softmax_scale: float,
+    window_left: int,
+    max_seqlen_q: int,
+    num_splits: int,
+    config: FwdConfig,
+    part_out: torch.Tensor | None = None,
+    part_lse: torch.Tensor | None = None,
+) -> None:
+    """Launch the forward kernel. With ``num_splits > 1``, writes ``part_out`` (S, T, Hq, D) and
+    ``part_lse`` (S, T, Hq) (fp32, caller-allocated) instead of ``out``.
+
+    Equivalent PyTorch: ``inkling_ops.reference.rel_attn_reference`` (for num_splits == 1).
+    """
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    num_blocks, page, num_kv_heads, _ = key_cache.shape
+    group = num_heads // num_kv_heads
+    g_pad = triton.next_power_of_2(group)
+    block_m = max(config.block_m, g_pad)
+    num_reqs = cache_seqlens.shape[0]
+    split = num_splits > 1
+    if split:
+        p_out, p_lse = part_out, part_lse
+        p_strides = (p_lse.stride(0), p_lse.stride(1), p_lse.stride(2))
+    else:
+        p_out = p_lse = out  # unused
+        p_strides = (0, 0, 0)
+    grid = (triton.cdiv(max_seqlen_q, block_m // g_pad), num_splits, num_reqs * num_kv_heads)
+    rel_attn_fwd_kernel[grid](
+        q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out, p_out, p_lse,
+        softmax_scale * LOG2E, q.shape[0], num_blocks, block_table.shape[1],
+        q.stride(0), q.stride(1),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+        rel_logits.stride(0), rel_logits.stride(1), rel_logits.stride(2),
+        out.stride(0), out.stride(1),
+        block_table.stride(0),
+        *p_strides,
+        G=group, G_PAD=g_pad, HEAD_DIM=head_dim, NUM_KV_HEADS=num_kv_heads,
+        PAGE=page, REL_EXTENT=rel_logits.shape[2], WINDOW_LEFT=window_left,
+        NUM_SPLITS=num_splits, SPLIT_KV=split,
+        BLOCK_M=block_m, BLOCK_N=config.block_n, NUM_STAGES=config.num_stages,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip

@@ -1,0 +1,150 @@
+"""Tune the Triton backend on a GPU: launch configs for prefill, split counts for decode.
+
+    python -m inkling_ops.tuning [--out DIR] [--quick]
+
+For each anchor case it times candidate launch configurations (prefill) and split counts
+(decode) with ``triton.testing.do_bench`` (median, L2 flushed), checks every candidate's output
+against the default configuration's, prints a table, and appends one JSON line per candidate
+to ``meta/tuning_records.jsonl`` (and to ``DIR`` when given), with the GPU, versions, git SHA
+and the command line. The chosen values are then written by hand into
+``inkling_ops/kernels/triton_configs.py`` and ``TRITON_SPLIT_POLICY``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .backends.triton_backend import run_triton
+from .kernels.triton_configs import FwdConfig, fwd_config
+from .heuristics import bucket_max_seqlen_q
+from .testing import make_case
+
+PREFILL_CASES = {
+    "prefill8k_global": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=1, rel_extent=1024),
+    "prefill8k_local": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511),
+    "chunk2k_on16k_x4": dict(q_lens=[2048] * 4, kv_lens=[16384] * 4, num_heads=8, num_kv_heads=1, rel_extent=1024),
+}
+DECODE_CASES = {
+    "decode_b64_8k": dict(q_lens=[1] * 64, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=1, rel_extent=1024),
+    "decode_b64_8k_local": dict(q_lens=[1] * 64, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511),
+    "decode_b1_128k": dict(q_lens=[1], kv_lens=[131072], num_heads=8, num_kv_heads=1, rel_extent=1024),
+}
+PREFILL_CONFIGS = [
+    FwdConfig(128, 64, 8, 3),
+    FwdConfig(128, 64, 8, 2),
+    FwdConfig(128, 64, 4, 3),
+    FwdConfig(128, 128, 8, 2),
+    FwdConfig(128, 128, 8, 3),
+    FwdConfig(128, 32, 8, 4),
+    FwdConfig(64, 64, 4, 3),
+    FwdConfig(64, 128, 4, 2),
+]
+DECODE_CONFIGS = [FwdConfig(16, 64, 4, 3), FwdConfig(16, 128, 4, 3), FwdConfig(16, 64, 4, 4), FwdConfig(16, 32, 4, 4), FwdConfig(16, 128, 8, 2)]
+SPLITS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def _environment() -> dict:
+    import triton
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        sha = "unknown"
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "git_sha": sha,
+        "command": " ".join([sys.executable.split("/")[-1], "-m", "inkling_ops.tuning", *sys.argv[1:]]),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _time(fn, quick: bool) -> float:
+    import triton
+
+    return triton.testing.do_bench(fn, warmup=10 if quick else 25, rep=30 if quick else 100, return_mode="median")
+
+
+def _call(case, out, *, splits: int, config: FwdConfig):
+    return lambda: run_triton(
+        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+        case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
+        max_seqlen_q=case.max_seqlen_q, num_splits=splits, config=config,
+    )  # fmt: skip
+
+
+def _measure(case, expected, name, kind, page, splits, config, quick, env) -> dict:
+    """Time one candidate; returns its record (with ``error`` when it failed to compile or run)."""
+    out = torch.zeros_like(case.q)
+    fn = _call(case, out, splits=splits, config=config)
+    base = dict(env, case=name, kind=kind, page_size=page, splits=splits, block_m=config.block_m,
+                block_n=config.block_n, num_warps=config.num_warps, num_stages=config.num_stages)  # fmt: skip
+    t0 = time.perf_counter()
+    try:
+        fn()
+        torch.cuda.synchronize()
+    except Exception as exc:  # a config may not fit (shared memory, registers)
+        print(f"{name:22s} p{page:<4d} s{splits:<4d} {config}: FAILED {str(exc)[:160]}", flush=True)
+        return dict(base, error=str(exc)[:300])
+    first_call_s = time.perf_counter() - t0
+    err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
+    ms = _time(fn, quick)
+    print(f"{name:22s} p{page:<4d} s{splits:<4d} {config}: {ms * 1e3:9.1f} us  err {err:.1e}  first {first_call_s:.1f}s", flush=True)
+    return dict(base, median_ms=ms, first_call_s=first_call_s, rel_err_vs_default=err)
+
+
+def tune(page_sizes: list[int], quick: bool, only: str | None) -> list[dict]:
+    """Sweep every case at every page size; returns all records."""
+    records = []
+    env = _environment()
+    jobs = [(n, kw, "prefill") for n, kw in PREFILL_CASES.items()] + [(n, kw, "decode") for n, kw in DECODE_CASES.items()]
+    for name, kwargs, kind in jobs:
+        if only and only not in name:
+            continue
+        for page in page_sizes:
+            case = make_case(**kwargs, head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
+            g = kwargs["num_heads"] // kwargs["num_kv_heads"]
+            default = fwd_config(head_dim=128, q_per_kv=g, max_seqlen_q_bucket=bucket_max_seqlen_q(case.max_seqlen_q))
+            expected = torch.zeros_like(case.q)
+            _call(case, expected, splits=1, config=default)()
+            args = (case, expected, name, kind, page)
+            if kind == "prefill":
+                records += [_measure(*args, 1, config, quick, env) for config in PREFILL_CONFIGS]
+                continue
+            by_splits = [_measure(*args, s, default, quick, env) for s in SPLITS]
+            records += by_splits
+            best = min((r for r in by_splits if "median_ms" in r), key=lambda r: r["median_ms"])["splits"]
+            records += [_measure(*args, best, config, quick, env) for config in DECODE_CONFIGS if config != default]
+    return records
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--page-sizes", default="16,128")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default=None, help="substring filter on case names")
+    parser.add_argument("--out", default=None, help="also write records here")
+    parser.add_argument("--record", default="meta/tuning_records.jsonl")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("inkling_ops.tuning needs a CUDA device")
+    records = tune([int(p) for p in args.page_sizes.split(",")], args.quick, args.only)
+    paths = [Path(args.record)] + ([Path(args.out) / "tuning_records.jsonl"] if args.out else [])
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            for rec in records:
+                f.write(json.dumps(rec) + "\n")
+    print(f"wrote {len(records)} records to {', '.join(map(str, paths))}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The Triton backend on a CUDA device: full matrix against the reference, garbage isolation,
+no host syncs, CUDA-graph capture with changing metadata, and torch.compile(reduce-overhead).
+
+Skips cleanly without CUDA. Tolerances are vLLM's for bf16 kernels against fp32 references.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import inkling_ops
+from inkling_ops.testing import make_case
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+DEV = "cuda"
+TOL = dict(atol=2e-2, rtol=2e-2)
+
+# (id, make_case kwargs): Inkling shapes (head_dim 128) and the corners of the tile classification.
+MATRIX = [
+    ("prefill_8_1_E1024", dict(q_lens=[1500], kv_lens=[1500], num_heads=8, num_kv_heads=1, rel_extent=1024)),
+    ("sliding_8_2_w511", dict(q_lens=[1300], kv_lens=[1300], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511)),
+    ("chunked_16_2", dict(q_lens=[300, 129, 1], kv_lens=[2000, 700, 1500], num_heads=16, num_kv_heads=2, rel_extent=1024)),
+    ("chunked_sliding_16_4", dict(q_lens=[200, 64], kv_lens=[1800, 600], num_heads=16, num_kv_heads=4, rel_extent=512, window_left=511)),
+    ("decode_64_8", dict(q_lens=[1] * 5, kv_lens=[3000, 17, 1024, 1025, 2], num_heads=64, num_kv_heads=8, rel_extent=1024)),
+    ("decode_sliding_64_16", dict(q_lens=[1] * 4, kv_lens=[3000, 17, 512, 513], num_heads=64, num_kv_heads=16, rel_extent=512, window_left=511)),
+    ("spec_verify_4_1", dict(q_lens=[9, 3, 1], kv_lens=[2100, 9, 40], num_heads=4, num_kv_heads=1, rel_extent=1024)),
+    ("E_small_16", dict(q_lens=[200], kv_lens=[900], num_heads=8, num_kv_heads=1, rel_extent=16)),
+    ("E_gt_kv", dict(q_lens=[100, 1], kv_lens=[300, 200], num_heads=8, num_kv_heads=2, rel_extent=1024)),
+    ("window_ne_E", dict(q_lens=[300], kv_lens=[1000], num_heads=8, num_kv_heads=1, rel_extent=64, window_left=200)),
+    ("gqa16", dict(q_lens=[40, 1], kv_lens=[700, 300], num_heads=16, num_kv_heads=1, rel_extent=128)),
+    ("empty_requests", dict(q_lens=[0, 50, 0, 1], kv_lens=[10, 400, 0, 77], num_heads=8, num_kv_heads=1, rel_extent=128)),
+]
+
+
+@pytest.mark.parametrize("packed_kv", [False, True], ids=["separate_kv", "packed_kv"])
+@pytest.mark.parametrize("page_size", [16, 64, 128])
+@pytest.mark.parametrize("kwargs", [m[1] for m in MATRIX], ids=[m[0] for m in MATRIX])
+def test_matrix_bf16(kwargs, page_size, packed_kv):
+    case = make_case(
+        **kwargs, head_dim=128, page_size=page_size, packed_kv=packed_kv, dtype=torch.bfloat16, device=DEV, extra_tokens=3
+    )
+    n = sum(case.q_lens)
+    ref = _reference_fp32(case)
+    out = torch.full_like(case.q, 3.0)
+    inkling_ops.rel_attn(*case.args(), **case.kwargs(), out=out)  # default backend: triton
+    assert torch.isfinite(out[:n]).all(), "NaN/inf garbage from unused pages reached out"
+    torch.testing.assert_close(out[:n].float(), ref[:n], **TOL)
+    assert torch.all(out[n:] == 3.0), "rows past cu_seqlens_q[-1] were written"
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 7, 64])
+def test_forced_splits(num_splits):
+    case = make_case(q_lens=[1, 4, 1], kv_lens=[5000, 300, 3], num_heads=8, num_kv_heads=1, rel_extent=1024,
+                     head_dim=128, dtype=torch.bfloat16, device=DEV)  # fmt: skip
+    ref = _reference_fp32(case)
+    out = inkling_ops.rel_attn(*case.args(), **case.kwargs(), num_splits=num_splits)
+    torch.testing.assert_close(out.float(), ref, **TOL)
+
+
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_other_head_dims(head_dim):
+    case = make_case(q_lens=[130, 1], kv_lens=[400, 900], num_heads=8, num_kv_heads=2, rel_extent=256,
+                     head_dim=head_dim, dtype=torch.float16, device=DEV)  # fmt: skip
+    ref = _reference_fp32(case)
+    torch.testing.assert_close(inkling_ops.rel_attn(*case.args(), **case.kwargs()).float(), ref, **TOL)
+
+
+def test_bias_changes_output():
+    case = make_case(q_lens=[64], kv_lens=[1024], num_heads=8, num_kv_heads=1, rel_extent=1024, head_dim=128,
+                     dtype=torch.bfloat16, device=DEV)  # fmt: skip
+    with_bias = inkling_ops.rel_attn(*case.args(), **case.kwargs())
+    case.rel_logits = torch.zeros_like(case.rel_logits)
+    assert (with_bias.float() - inkling_ops.rel_attn(*case.args(), **case.kwargs()).float()).abs().max() > 5e-2
+
+
+@pytest.mark.parametrize("q_lens,kv_lens", [([1] * 8, [4000] * 8), ([700, 3], [2000, 3])], ids=["decode", "prefill"])
+def test_no_host_sync(q_lens, kv_lens):
+    case = make_case(q_lens=q_lens, kv_lens=kv_lens, num_heads=8, num_kv_heads=1, rel_extent=1024, head_dim=128,
+                     dtype=torch.bfloat16, device=DEV)  # fmt: skip
+    out = torch.empty_like(case.q)
+    inkling_ops.rel_attn(*case.args(), **case.kwargs(), out=out)  # compile outside the check
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        inkling_ops.rel_attn(*case.args(), **case.kwargs(), out=out)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def _replay_with_new_metadata(make, mutate, replays=3):
+    """Capture one call in a CUDA graph, then mutate metadata in place and compare each replay."""
+    case = make()
+    out = torch.zeros_like(case.q)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        inkling_ops.rel_attn(*case.args(), **case.kwargs(), out=out)  # warm-up compiles
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        inkling_ops.rel_attn(*case.args(), **case.kwargs(), out=out)
+    for step in range(replays):
+        mutate(case, step)
+        graph.replay()
+        torch.cuda.synchronize()
+        n = int(case.cu_seqlens_q[-1])
+        torch.testing.assert_close(out[:n].float(), _reference_fp32(case)[:n], **TOL)
+
+
+def _scramble_pages(case, step):
+    """Point every block-table entry at a random block (valid ids), and clean the planted garbage."""
+    gen = torch.Generator().manual_seed(step)
+    ids = torch.randint(0, case.key_cache.shape[0], tuple(case.block_table.shape), generator=gen)
+    case.block_table.copy_(ids.to(case.block_table))
+    case.key_cache.nan_to_num_(0.5, 0.5, 0.5)
+    case.value_cache.nan_to_num_(0.5, 0.5, 0.5)
+
+
+def test_cuda_graph_decode_changing_metadata():
+    def make():
+        return make_case(q_lens=[1] * 6, kv_lens=[900, 33, 2048, 1, 700, 1500], num_heads=8, num_kv_heads=1,
+                         rel_extent=1024, head_dim=128, dtype=torch.bfloat16, device=DEV, spare_blocks=40,
+                         extra_table_cols=4)  # fmt: skip
+
+    def mutate(case, step):
+        grown = torch.clamp(case.cache_seqlens + 17 * (step + 1), max=case.block_table.shape[1] * 16 - 64)
+        case.cache_seqlens.copy_(grown)
+        _scramble_pages(case, step)
+
+    _replay_with_new_metadata(make, mutate)
+
+
+def test_cuda_graph_prefill_changing_metadata():
+    def make():
+        return make_case(q_lens=[300, 200, 12], kv_lens=[800, 200, 400], num_heads=8, num_kv_heads=2,
+                         rel_extent=512, window_left=511, head_dim=128, dtype=torch.bfloat16, device=DEV)  # fmt: skip
+
+    splits = [[0, 100, 400, 512], [0, 300, 301, 512], [0, 12, 262, 512]]  # each q_len <= max_seqlen_q (300)
+
+    def mutate(case, step):
+        cu = torch.tensor(splits[step], dtype=torch.int32, device=DEV)
+        case.cu_seqlens_q.copy_(cu)
+        q_lens = cu[1:] - cu[:-1]
+        case.cache_seqlens.copy_(torch.maximum(case.cache_seqlens, q_lens.to(torch.int32)))
+        _scramble_pages(case, step)
+
+    _replay_with_new_metadata(make, mutate)
+
+
+def test_compile_reduce_overhead_no_cudagraph_skips():
+    from torch._dynamo.utils import counters
+
+    case = make_case(q_lens=[1] * 4, kv_lens=[100, 2000, 5, 64], num_heads=8, num_kv_heads=1, rel_extent=1024,
+                     head_dim=128, dtype=torch.bfloat16, device=DEV)  # fmt: skip
+
+    def step(q, k, v, bt, sl, cu, rel):
+        return inkling_ops.rel_attn(q * 1.0, k, v, block_table=bt, cache_seqlens=sl, cu_seqlens_q=cu,
+                                    rel_logits=rel, max_seqlen_q=1, softmax_scale=1 / 128) + 1.0  # fmt: skip
+
+    args = (case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+            case.rel_logits)  # fmt: skip
+    counters.clear()
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):
+        got = compiled(*args)
+    torch.cuda.synchronize()
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    torch.testing.assert_close(got.float(), _reference_fp32(case) + 1.0, **TOL)
+
+
+def _reference_fp32(case):
+    """The reference backend on fp32 copies of the inputs (same device)."""
+    f32 = case.to(DEV)
+    out = torch.zeros(case.q.shape, dtype=torch.float32, device=DEV)
+    inkling_ops.rel_attn_reference(
+        f32.q.float(), f32.key_cache.float(), f32.value_cache.float(), f32.block_table, f32.cache_seqlens,
+        f32.cu_seqlens_q, f32.rel_logits.float(), out, softmax_scale=case.softmax_scale,
+        window_left=case.window_size[0],
+    )  # fmt: skip
+    return out

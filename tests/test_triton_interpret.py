@@ -1,0 +1,88 @@
+"""The Triton kernels on CPU, under Triton's interpreter, against the reference (small shapes).
+
+TRITON_INTERPRET=1 must be set before the kernel modules are imported; this module sets it
+when no CUDA device is present (the kernels are imported lazily by the Triton backend).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+triton = pytest.importorskip("triton")
+
+import inkling_ops  # noqa: E402
+from inkling_ops.testing import make_case  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
+    reason="interpreter tests run on CPU-only machines (GPU machines run tests/test_triton_gpu.py)",
+)
+
+# (id, make_case kwargs). Each exercises a different path of the kernel's tile classification.
+CASES = [
+    ("ragged_prefill_g4", dict(q_lens=[3, 1, 17], kv_lens=[10, 7, 40], num_heads=4, num_kv_heads=1)),
+    ("extend_window_g4_packed", dict(q_lens=[40, 2], kv_lens=[90, 33], window_left=5, num_heads=8, num_kv_heads=2, packed_kv=True)),
+    ("decode_E_gt_kv", dict(q_lens=[1], kv_lens=[100], rel_extent=128, page_size=64)),
+    ("decode_batch_E_lt_kv_g8", dict(q_lens=[1, 1, 1], kv_lens=[300, 7, 64], rel_extent=16, num_heads=8)),
+    ("spec_verify_q9", dict(q_lens=[9, 4], kv_lens=[150, 9], rel_extent=32, num_heads=2, num_kv_heads=1)),
+    ("window_page128_mha", dict(q_lens=[70], kv_lens=[200], rel_extent=16, page_size=128, num_heads=4, num_kv_heads=4, window_left=40)),
+    ("sliding_E_eq_window", dict(q_lens=[50], kv_lens=[260], rel_extent=32, window_left=31, num_heads=4, num_kv_heads=2)),
+    ("empty_request_g3", dict(q_lens=[0, 33, 20], kv_lens=[5, 150, 20], rel_extent=64, num_heads=6, num_kv_heads=2)),
+    ("g16_page16", dict(q_lens=[5, 1], kv_lens=[80, 30], rel_extent=24, num_heads=16, num_kv_heads=1)),
+    ("window0", dict(q_lens=[6], kv_lens=[20], window_left=0, rel_extent=4)),
+    ("page3_odd", dict(q_lens=[4, 2], kv_lens=[11, 5], page_size=3, rel_extent=5, num_heads=2, num_kv_heads=2)),
+]
+
+
+@pytest.mark.parametrize("num_splits", [0, 1, 3], ids=lambda n: f"splits{n}")
+@pytest.mark.parametrize("kwargs", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_triton_matches_reference(kwargs, num_splits):
+    case = make_case(**kwargs, extra_tokens=2)
+    n = sum(case.q_lens)
+    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
+    out = torch.full_like(case.q, 7.0)
+    inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=num_splits, out=out)
+    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
+    assert torch.isfinite(out[:n]).all(), "garbage in unused pages reached out"
+    assert torch.all(out[n:] == 7.0), "rows past cu_seqlens_q[-1] were written"
+
+
+def test_triton_bias_changes_output():
+    """The kernel reads rel_logits: zero bias gives a clearly different result."""
+    case = make_case(q_lens=[8], kv_lens=[40], rel_extent=16)
+    with_bias = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton")
+    case.rel_logits = torch.zeros_like(case.rel_logits)
+    without = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton")
+    assert (with_bias - without).abs().max() > 1e-2
+
+
+def test_triton_is_not_cpu_default():
+    case = make_case(q_lens=[2], kv_lens=[4])
+    problem_backend, _, key = inkling_ops.plan(_problem(case), case.q.device, None)
+    assert problem_backend.name == "reference" and key.backend == "reference"
+
+
+def test_invalid_metadata_stays_in_bounds():
+    """Garbage metadata (unchecked mode) must not fault: clamped reads, no stray writes."""
+    case = make_case(q_lens=[4, 3], kv_lens=[20, 9], extra_tokens=3)
+    case.cu_seqlens_q = torch.tensor([0, 9, 5], dtype=torch.int32)  # decreasing, past the rows
+    case.cache_seqlens = torch.tensor([10_000, -4], dtype=torch.int32)
+    case.block_table[0, 0] = -7
+    case.block_table[1, 0] = 1 << 29
+    out = torch.zeros_like(case.q)
+    inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", out=out)
+
+
+def _problem(case):
+    from inkling_ops.validation import check_call
+
+    return check_call(
+        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+        case.rel_logits, case.max_seqlen_q, case.softmax_scale, case.window_size, True, 0, None,
+    )  # fmt: skip
