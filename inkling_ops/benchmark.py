@@ -45,17 +45,18 @@ import datetime
 import importlib
 import importlib.metadata
 import json
-import math
 import os
 import platform
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -79,6 +80,8 @@ SPARE_BLOCKS = 2
 HOST_CASE = "host_overhead_tiny_decode"
 
 ALL_PEERS = ("ours", "fa4_scoremod", "fa4_nobias", "flex", "sdpa_nobias")
+#: Input dtypes ``--dtype`` accepts (both 2 bytes, so the byte accounting holds).
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # The 7 cases of /work/shared/bench_cases.json (anchors.md). The repo travels to the GPU machine
 # without ../shared, so they are embedded; ``--cases PATH`` overrides them.
@@ -190,13 +193,15 @@ def smoke_case(case: BenchCase) -> BenchCase:
     """A tiny version of ``case`` with the same structure (for CPU smoke runs).
 
     Lengths shrink 64x (q_len 1 stays 1), at most 4 requests, E shrinks 16x and a window becomes
-    E - 1, so the bias band, the window and the causal diagonal all still matter.
+    E - 1, so the bias band, the window and the causal diagonal all still matter. The name gets
+    an ``@smoke`` suffix so smoke records never pass for real ones.
     """
     q_len = 1 if case.q_len == 1 else max(16, case.q_len // 64)
     kv_len = max(q_len, case.kv_len // 64)
     rel_extent = max(8, case.rel_extent // 16)
     return dataclasses.replace(
         case,
+        name=f"{case.name}@smoke",
         num_reqs=min(case.num_reqs, 4),
         q_len=q_len,
         kv_len=kv_len,
@@ -707,7 +712,11 @@ class FlexPeer(Peer):
         # Uncompiled mask creation materializes (B, q_len, kv_len) booleans: compile it for big cases.
         big_mask = device.type == "cuda" and case.num_reqs * case.q_len * case.kv_len > (1 << 28)
         block_mask = create_block_mask(mask_mod, case.num_reqs, None, case.q_len, case.kv_len, device=device, _compile=big_mask)
-        attend = compiled_flex() if compile_it else flex_attention
+        if compile_it:
+            attend = compiled_flex()
+        else:
+            attend = flex_attention  # eager on purpose (CPU smoke runs): its "use torch.compile" advice is noise
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
 
         def fn():
             return attend(dense.q, dense.k, dense.v, score_mod=score_mod, block_mask=block_mask, scale=case.softmax_scale, enable_gqa=True)
@@ -826,14 +835,14 @@ def time_cuda_graph(fn: Callable, cfg: TimingConfig, device: torch.device) -> fl
     flush = torch.empty(256 << 20, dtype=torch.int8, device=device)  # larger than the H200's 60 MB L2
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.graph_reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.graph_reps)]
-    for start, end in zip(starts, ends):
+    for start, end in zip(starts, ends, strict=True):
         flush.zero_()
         start.record()
         graph.replay()
         end.record()
     torch.cuda.synchronize(device)
     del graph
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
 def time_cpu(fn: Callable, cfg: TimingConfig) -> float:
@@ -945,7 +954,8 @@ def environment(device: torch.device, git_sha: str | None, argv: Sequence[str]) 
     sha, dirty = git_state(git_sha)
     if device.type == "cuda":
         gpu = torch.cuda.get_device_name(device)
-        cap = "sm_%d%d" % torch.cuda.get_device_capability(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        cap = f"sm_{major}{minor}"
     else:
         gpu, cap = f"cpu ({platform.processor() or platform.machine()})", None
     return {
@@ -995,13 +1005,21 @@ def make_record(env: dict, case: BenchCase, page_size: int, peer: str, **fields)
     return record
 
 
-def write_records(records: Sequence[dict], paths: Iterable[Path]) -> None:
-    """Append one JSON line per record to each path."""
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            for r in records:
-                f.write(json.dumps(r, sort_keys=False) + "\n")
+class RecordSink:
+    """Collects records and appends each one to the JSON-lines files at once (a killed run keeps what it measured)."""
+
+    def __init__(self, paths: Iterable[Path]):
+        self.paths = list(paths)
+        self.records: list[dict] = []
+        for path in self.paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+    def add(self, record: dict) -> None:
+        self.records.append(record)
+        line = json.dumps(record) + "\n"
+        for path in self.paths:
+            with open(path, "a") as f:
+                f.write(line)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1056,15 +1074,14 @@ def describe(record: dict) -> str:
     mem = "" if record["mem_mb"] is None else f" mem {record['mem_mb']:.1f} MB"
     flag = "  ** rel_err above tolerance **" if record["err_flag"] else ""
     return (
-        f"{head} {record['median_ms']:.4f} ms  {record['tflops']:.1f} TFLOP/s  {record['gbps']:.0f} GB/s  "
+        f"{head} {_num(record['median_ms'], 4)} ms  {_num(record['tflops'])} TFLOP/s  {_num(record['gbps'])} GB/s  "
         f"rel_err {record['rel_err']:.2e}  first call {record['first_call_s']:.2f} s{mem}  [{record['note']}]{flag}"
     )
 
 
-def run_case(case: BenchCase, page_sizes: Sequence[int], peers: Sequence[Peer], device: torch.device, seed: int, env: dict, cfg: TimingConfig, tol: float, log: Log, on_step: Callable[[], None] = lambda: None) -> list[dict]:
+def run_case(case: BenchCase, page_sizes: Sequence[int], peers: Sequence[Peer], device: torch.device, dtype: torch.dtype, seed: int, env: dict, cfg: TimingConfig, tol: float, log: Log, sink: RecordSink, on_step: Callable[[str], None] = lambda label: None) -> None:
     """Every peer at every page size on one case; dense peers are measured once and reported per page size."""
-    records: list[dict] = []
-    inputs = make_inputs(case, device, seed)
+    inputs = make_inputs(case, device, seed, dtype)
     dense_records: dict[str, dict] = {}
     for page_size in page_sizes:
         paged = make_paged(inputs, page_size)
@@ -1079,14 +1096,13 @@ def run_case(case: BenchCase, page_sizes: Sequence[int], peers: Sequence[Peer], 
                 rec = run_peer(peer, inputs, paged, dense if peer.dense else None, env, cfg, tol, log)
                 if peer.dense:
                     dense_records[peer.name] = rec
-            records.append(rec)
+            sink.add(rec)
             log.info(describe(rec))
         del paged, dense
-        on_step()
+        on_step(f"{case.name} page {page_size}")
     del inputs
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return records
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1101,17 +1117,16 @@ HOST_METHOD = (
 )
 
 
-def measure_host_overhead(peers: Sequence[Peer], device: torch.device, env: dict, cfg: TimingConfig, seed: int, log: Log) -> list[dict]:
+def measure_host_overhead(peers: Sequence[Peer], device: torch.device, dtype: torch.dtype, env: dict, cfg: TimingConfig, seed: int, log: Log, sink: RecordSink) -> None:
     """Eager host overhead per call of ours (each backend), sdpa_nobias and fa4_scoremod on a tiny decode."""
     case = BenchCase(HOST_CASE, num_reqs=1, q_len=1, kv_len=256, hq=8, hkv=1, d=128, rel_extent=1024)
-    inputs = make_inputs(case, device, seed)
+    inputs = make_inputs(case, device, seed, dtype)
     paged, dense = make_paged(inputs, 16), make_dense(inputs)
     scratch = torch.zeros(1, device=device)
     candidates: list[tuple[str, Callable[[], Prepared]]] = [("noop", lambda: Prepared(lambda: scratch.add_(1)))]
     for peer in peers:
         if isinstance(peer, (OursPeer, SdpaPeer)) or (isinstance(peer, Fa4Peer) and peer.biased):
             candidates.append((peer.name, lambda peer=peer: _prepare_if_available(peer, inputs, paged, dense)))
-    records = []
     n = cfg.host_calls if device.type == "cuda" else max(5, cfg.cpu_reps * 4)
     for name, prepare in candidates:
         try:
@@ -1126,20 +1141,19 @@ def measure_host_overhead(peers: Sequence[Peer], device: torch.device, env: dict
             host_us = (time.perf_counter() - start) / n * 1e6
             gpu_us = time_do_bench(prepared.fn, cfg) * 1e3 if device.type == "cuda" else None
         except Unavailable as exc:
-            records.append(make_record(env, case, 16, name, status=exc.status, reason=str(exc), note=HOST_METHOD))
+            sink.add(make_record(env, case, 16, name, status=exc.status, reason=str(exc), note=HOST_METHOD))
             continue
         except Exception as exc:
             log.detail(f"host overhead {name}:\n{traceback.format_exc()}")
             synchronize(device)
-            records.append(make_record(env, case, 16, name, status="error", reason=first_line(exc), note=HOST_METHOD))
+            sink.add(make_record(env, case, 16, name, status="error", reason=first_line(exc), note=HOST_METHOD))
             continue
         bound = None if gpu_us is None else ("gpu" if gpu_us > 0.5 * host_us else "host")
-        records.append(
+        sink.add(
             make_record(env, case, 16, name, host_us_per_call=host_us, gpu_us_per_call=gpu_us, bound=bound, calls=n, backend=prepared.backend, timing="host loop", note=HOST_METHOD)
         )
         gpu_text = "" if gpu_us is None else f", device {gpu_us:.1f} us ({bound}-bound)"
         log.info(f"  host overhead {name:<18} {host_us:.1f} us/call over {n} calls{gpu_text}")
-    return records
 
 
 def _prepare_if_available(peer: Peer, inputs: CaseInputs, paged: PagedInputs, dense: DenseInputs) -> Prepared:
@@ -1166,18 +1180,22 @@ def format_table(records: Sequence[dict]) -> str:
     baseline = next((p for p in peers if p.startswith("ours")), None)
     rows = list(dict.fromkeys((r["case"], r["page_size"]) for r in timed))
     by_key = {(r["case"], r["page_size"], r["peer"]): r for r in timed}
-    width = 22
-    lines = [
-        "cell: median ms, TFLOP/s (T, prefill) or GB/s (G, decode), and x = peer time / "
-        f"{baseline or 'ours'} time (>1: ours faster); ! = rel_err above tolerance",
-        f"{'case':<22} {'page':>4} | " + " | ".join(f"{p:<{width}}" for p in peers),
-        "-" * (30 + (width + 3) * len(peers)),
-    ]
+    table = []
     for case_name, page in rows:
         base = by_key.get((case_name, page, baseline)) if baseline else None
         base_ms = base["median_ms"] if base and base["status"] == "ok" else None
-        cells = [_cell(by_key.get((case_name, page, p)), base_ms) for p in peers]
-        lines.append(f"{case_name:<22} {page:>4} | " + " | ".join(f"{c:<{width}}" for c in cells))
+        table.append((case_name, page, [_cell(by_key.get((case_name, page, p)), base_ms) for p in peers]))
+    name_w = max(len("case"), *(len(c) for c, _, _ in table))
+    widths = [max(len(p), *(len(cells[k]) for _, _, cells in table)) for k, p in enumerate(peers)]
+    header = f"{'case':<{name_w}} {'page':>4} | " + " | ".join(f"{p:<{w}}" for p, w in zip(peers, widths, strict=True))
+    lines = [
+        "cell: median ms, TFLOP/s (T, prefill) or GB/s (G, decode), and x = peer time / "
+        f"{baseline or 'ours'} time (>1: ours faster); ! = rel_err above tolerance",
+        header,
+        "-" * len(header),
+    ]
+    for case_name, page, cells in table:
+        lines.append(f"{case_name:<{name_w}} {page:>4} | " + " | ".join(f"{c:<{w}}" for c, w in zip(cells, widths, strict=True)))
     host = [r for r in records if r["case"] == HOST_CASE and r["status"] == "ok"]
     if host:
         lines.append("eager host overhead per call (tiny decode): " + ", ".join(f"{r['peer']} {r['host_us_per_call']:.1f} us" for r in host))
@@ -1190,10 +1208,15 @@ def _cell(record: dict | None, base_ms: float | None) -> str:
     if record["status"] != "ok":
         return {"unavailable": "n/a", "skipped": "skip", "error": "ERROR"}.get(record["status"], record["status"])
     decode = record["case_spec"]["q_len"] <= DECODE_MAX_Q
-    metric = f"{record['gbps']:.0f}G" if decode else f"{record['tflops']:.0f}T"
+    metric = f"{_num(record['gbps'])}G" if decode else f"{_num(record['tflops'])}T"
     ratio = f" {record['median_ms'] / base_ms:.2f}x" if base_ms else ""
     flag = "!" if record["err_flag"] else ""
-    return f"{record['median_ms']:.3f}ms {metric}{ratio}{flag}"
+    return f"{_num(record['median_ms'], 4)}ms {metric}{ratio}{flag}"
+
+
+def _num(x: float, digits: int = 3) -> str:
+    """``digits`` significant digits without exponent for the usual range (227, 0.606, 0.00158)."""
+    return f"{x:.{digits}g}" if 1e-4 <= abs(x) < 10**digits else f"{x:.0f}" if abs(x) >= 10**digits else f"{x:.2g}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1261,9 +1284,10 @@ def check_fa4_compile(cases: Sequence[BenchCase], page_sizes: Sequence[int], log
     """Compile our flash-attn-4 calls for SM90 on this (possibly GPU-less) machine with fake tensors.
 
     Needs flash_attn.cute and nvidia-cutlass-dsl importable. Catches signature and score_mod
-    errors before a GPU visit; says nothing about numerics.
+    errors before a GPU visit; says nothing about numerics. The DSL reads ``CUTE_DSL_ARCH`` when
+    cutlass is imported, so this must run before anything imports it.
     """
-    for var, value in (("FLASH_ATTENTION_ARCH", "sm_90a"), ("CUTE_DSL_ARCH", "sm_90a"), ("FLASH_ATTENTION_NUM_SMS", "132")):
+    for var, value in FA4_FAKE_COMPILE_ENV.items():
         os.environ.setdefault(var, value)
     try:
         varlen_fn = import_fa4()
@@ -1287,6 +1311,10 @@ def check_fa4_compile(cases: Sequence[BenchCase], page_sizes: Sequence[int], log
                     log.info(f"  FAILED    {label}: {first_line(exc)}")
                     log.detail(traceback.format_exc())
     return 1 if failures else 0
+
+
+#: Environment for compiling flash-attn-4's SM90 kernels on a machine without a GPU (H200: 132 SMs).
+FA4_FAKE_COMPILE_ENV = {"FLASH_ATTENTION_ARCH": "sm_90a", "CUTE_DSL_ARCH": "sm_90a", "FLASH_ATTENTION_NUM_SMS": "132"}
 
 
 def _fa4_fake_call(varlen_fn: Callable, case: BenchCase, page: int, biased: bool) -> None:
@@ -1331,6 +1359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference-max-pairs", type=int, default=DEFAULT_REFERENCE_MAX_PAIRS, help="skip the reference backend on cases with more visible pairs (default 2^26)")
     p.add_argument("--device", default=None, help="cuda (default when available) or cpu")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES), help="input dtype (default bfloat16, as in anchors.md; float16 for CPU runs of the Triton backend under TRITON_INTERPRET=1, whose bf16 tl.dot is wrong in triton 3.9)")
     p.add_argument("--tol", type=float, default=DEFAULT_TOL, help="relative L2 error above which a result is flagged (default 2e-2)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (do_bench warmup 5 ms, rep 25 ms; 20 graph replays)")
     p.add_argument("--warmup-ms", type=int, default=None, help="do_bench warmup (default 25, --quick 5)")
@@ -1429,8 +1458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     record_paths, log_paths = output_paths(args)
     log = Log([] if args.dry_run else log_paths)
     cmd_argv = ["python", "-m", "inkling_ops.benchmark", *(sys.argv[1:] if argv is None else argv)]
+    dtype = DTYPES[args.dtype]
     env = environment(device, args.git_sha, cmd_argv)
-    env["cases_source"] = source
+    env.update(cases_source=source, dtype=args.dtype, smoke=args.smoke)
     log.info(f"rel_attn benchmark on {env['gpu']} ({env['device']}), torch {torch.__version__}, git {env['git_sha']}, cases from {source}")
     log.detail(json.dumps(env, indent=1))
     if args.dry_run:
@@ -1438,39 +1468,60 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     cfg = timing_config(args)
-    records: list[dict] = []
+    sink = RecordSink(record_paths)
     started = time.perf_counter()
-    with torch.no_grad(), _progress(len(cases) * len(page_sizes), args.no_progress, log) as step:
-        for case in cases:
-            log.info(f"{case.name}: {case.num_reqs} x (q {case.q_len}, kv {case.kv_len}), heads {case.hq}/{case.hkv}, E {case.rel_extent}, window {case.window_left}")
-            records.extend(run_case(case, page_sizes, peers, device, args.seed, env, cfg, args.tol, log, on_step=step))
-        if not args.no_host_overhead:
-            log.info("eager host overhead:")
-            records.extend(measure_host_overhead(peers, device, env, cfg, args.seed, log))
-    write_records(records, record_paths)
-    log.detail(f"total wall time {time.perf_counter() - started:.1f} s; records appended to {[str(p) for p in record_paths]}")
-    table = format_table(records)
-    log.detail(table)
-    log.close()
-    print(f"\n(total {time.perf_counter() - started:.0f} s; records: {', '.join(map(str, record_paths)) or 'not written'}; log: {', '.join(map(str, log_paths)) or 'not written'})")
-    print(table)
+    previous_handler = signal.signal(signal.SIGTERM, _terminate)  # a killed run still prints its table
+    try:
+        with torch.no_grad(), _progress(len(cases) * len(page_sizes), args.no_progress, log) as step:
+            for case in cases:
+                log.info(f"{case.name}: {case.num_reqs} x (q {case.q_len}, kv {case.kv_len}), heads {case.hq}/{case.hkv}, E {case.rel_extent}, window {case.window_left}")
+                run_case(case, page_sizes, peers, device, dtype, args.seed, env, cfg, args.tol, log, sink, on_step=step)
+            if not args.no_host_overhead:
+                log.info("eager host overhead:")
+                measure_host_overhead(peers, device, dtype, env, cfg, args.seed, log, sink)
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        table = format_table(sink.records)
+        log.detail(f"total wall time {time.perf_counter() - started:.1f} s; records appended to {[str(p) for p in record_paths]}")
+        log.detail(table)
+        log.close()
+        print(f"\n(total {time.perf_counter() - started:.0f} s; records: {', '.join(map(str, record_paths)) or 'not written'}; log: {', '.join(map(str, log_paths)) or 'not written'})")
+        print(table, flush=True)
     return 0
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 @contextlib.contextmanager
 def _progress(total: int, disabled: bool, log: Log):
-    """A progress bar over (case, page size) steps (tqdm if importable); yields the step callback."""
+    """Progress over (case, page size) steps; yields the callback to call after each step.
+
+    A tqdm bar when tqdm is importable and stderr is a terminal; otherwise (e.g. output captured
+    to a file on the GPU machine) one ``[done/total]`` line per step, which reads better in a log.
+    """
     bar = None
-    if not disabled:
+    if not disabled and sys.stderr.isatty():
         try:
             from tqdm import tqdm
 
             bar = tqdm(total=total, desc="cases x page sizes", unit="step", file=sys.stderr, dynamic_ncols=True)
         except ImportError:
             bar = None
+    done = 0
+
+    def step(label: str) -> None:
+        nonlocal done
+        done += 1
+        if bar is not None:
+            bar.update(1)
+        elif not disabled:
+            log.info(f"[{done}/{total}] done: {label}")
+
     log.bar = bar
     try:
-        yield (bar.update if bar is not None else (lambda: None))
+        yield step
     finally:
         log.bar = None
         if bar is not None:

@@ -36,18 +36,24 @@ DECODE_CASES = {
     "decode_b64_8k_local": dict(q_lens=[1] * 64, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511),
     "decode_b1_128k": dict(q_lens=[1], kv_lens=[131072], num_heads=8, num_kv_heads=1, rel_extent=1024),
 }
+# (block_m, block_n, num_warps, num_stages, block_n_full)
 PREFILL_CONFIGS = [
-    FwdConfig(128, 64, 8, 3),
-    FwdConfig(128, 64, 8, 2),
-    FwdConfig(128, 64, 4, 3),
-    FwdConfig(128, 128, 8, 2),
-    FwdConfig(128, 128, 8, 3),
-    FwdConfig(128, 32, 8, 4),
-    FwdConfig(64, 64, 4, 3),
-    FwdConfig(64, 128, 4, 2),
+    FwdConfig(128, 64, 8, 3, 16),
+    FwdConfig(128, 64, 8, 3, 32),
+    FwdConfig(128, 64, 8, 2, 16),
+    FwdConfig(128, 64, 8, 4, 16),
+    FwdConfig(64, 64, 4, 3, 16),
+    FwdConfig(64, 64, 4, 3, 32),
+    FwdConfig(128, 32, 8, 4, 16),
 ]
-DECODE_CONFIGS = [FwdConfig(16, 64, 4, 3), FwdConfig(16, 128, 4, 3), FwdConfig(16, 64, 4, 4), FwdConfig(16, 32, 4, 4), FwdConfig(16, 128, 8, 2)]
-SPLITS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+DECODE_CONFIGS = [
+    FwdConfig(16, 64, 4, 3, 32),
+    FwdConfig(16, 64, 4, 3, 16),
+    FwdConfig(16, 64, 4, 4, 32),
+    FwdConfig(16, 128, 4, 3, 32),
+    FwdConfig(16, 32, 4, 4, 32),
+]
+SPLITS = [1, 2, 4, 8, 16, 32, 64, 128]
 
 
 def _environment() -> dict:
@@ -86,10 +92,11 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
     out = torch.zeros_like(case.q)
     fn = _call(case, out, splits=splits, config=config)
     base = dict(env, case=name, kind=kind, page_size=page, splits=splits, block_m=config.block_m,
-                block_n=config.block_n, num_warps=config.num_warps, num_stages=config.num_stages)  # fmt: skip
+                block_n=config.block_n, block_n_full=config.block_n_full, num_warps=config.num_warps,
+                num_stages=config.num_stages)  # fmt: skip
     t0 = time.perf_counter()
     try:
-        fn()
+        compiled = fn()
         torch.cuda.synchronize()
     except Exception as exc:  # a config may not fit (shared memory, registers)
         print(f"{name:22s} p{page:<4d} s{splits:<4d} {config}: FAILED {str(exc)[:160]}", flush=True)
@@ -97,8 +104,10 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
     first_call_s = time.perf_counter() - t0
     err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
     ms = _time(fn, quick)
-    print(f"{name:22s} p{page:<4d} s{splits:<4d} {config}: {ms * 1e3:9.1f} us  err {err:.1e}  first {first_call_s:.1f}s", flush=True)
-    return dict(base, median_ms=ms, first_call_s=first_call_s, rel_err_vs_default=err)
+    regs, spills = getattr(compiled, "n_regs", None), getattr(compiled, "n_spills", None)
+    print(f"{name:22s} p{page:<4d} s{splits:<4d} {config}: {ms * 1e3:9.1f} us  err {err:.1e}  "
+          f"first {first_call_s:.1f}s  regs {regs} spills {spills}", flush=True)  # fmt: skip
+    return dict(base, median_ms=ms, first_call_s=first_call_s, rel_err_vs_default=err, regs=regs, spills=spills)
 
 
 def tune(page_sizes: list[int], quick: bool, only: str | None) -> list[dict]:

@@ -87,7 +87,7 @@ def run_triton(
     max_seqlen_q: int,
     num_splits: int,
     config,
-) -> None:
+):
     """Forward kernel (and, with num_splits > 1, the combine) with an explicit launch config.
 
     The backend's ``run`` uses the tuned config; the tuner (``inkling_ops.tuning``) calls this
@@ -97,6 +97,8 @@ def run_triton(
     from ..kernels.triton_fwd import launch_rel_attn_fwd
 
     num_tokens, num_heads, head_dim = q.shape
+    if rel_logits.stride(2) != 1:
+        rel_logits = rel_logits.contiguous()  # the kernel's bias gather assumes unit stride over d
     part_out = part_lse = None
     if num_splits > 1:
         # One workspace allocation: partial outputs (S, T, Hq, D) then log-sum-exps (S, T, Hq).
@@ -105,10 +107,11 @@ def run_triton(
         workspace = torch.empty(rows * (head_dim + 1), dtype=torch.float32, device=q.device)
         part_out = workspace[: rows * head_dim].view(shape + (head_dim,))
         part_lse = workspace[rows * head_dim :].view(shape)
-    launch_rel_attn_fwd(
+    compiled = launch_rel_attn_fwd(
         q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out,
         softmax_scale=softmax_scale, window_left=window_left, max_seqlen_q=max_seqlen_q,
         num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse,
     )  # fmt: skip
     if num_splits > 1:
         launch_rel_attn_combine(part_out, part_lse, out, cu_seqlens_q)
+    return compiled

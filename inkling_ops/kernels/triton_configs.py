@@ -14,9 +14,10 @@ class FwdConfig:
     """Launch configuration of the forward kernel."""
 
     block_m: int  # rows per program: query tokens x padded query heads of one KV head
-    block_n: int  # keys per tile
+    block_n: int  # keys per tile of the plain loop (no bias, no masks)
     num_warps: int
     num_stages: int
+    block_n_full: int = 32  # keys per piece of a masked/biased tile (divides block_n)
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).
@@ -34,10 +35,14 @@ def fwd_config(*, head_dim: int, q_per_kv: int, max_seqlen_q_bucket: int) -> Fwd
     if max_seqlen_q_bucket <= DECODE_MAX_Q:
         rows = max_seqlen_q_bucket * g_pad
         block_m = min(64, max(16, 1 << max(0, rows - 1).bit_length()))
-        return FwdConfig(block_m=max(block_m, g_pad), block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=3)
+        return FwdConfig(
+            block_m=max(block_m, g_pad), block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=3,
+            block_n_full=32 if head_dim <= 128 else 16,
+        )
     return FwdConfig(
         block_m=max(128, g_pad),
         block_n=64 if head_dim <= 128 else 32,
         num_warps=8 if head_dim >= 128 else 4,
         num_stages=3 if head_dim <= 128 else 2,
+        block_n_full=16,
     )

@@ -1,0 +1,260 @@
+"""CPU checks of the benchmark (inkling_ops/benchmark.py): accounting, inputs, the correctness
+check, the smoke run end to end (records, log, table), the plot and the dry run.
+
+The GPU-only parts (flash-attn-4, compiled FlexAttention, do_bench, CUDA graphs, memory) cannot
+run here; the smoke run shows that they report themselves unavailable instead of failing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import pytest
+import torch
+from brute_force import rel_attn_brute_force
+
+from inkling_ops import benchmark as bm
+
+CPU = torch.device("cpu")
+
+
+def _case(name: str) -> bm.BenchCase:
+    return next(bm.case_from_dict(dict(c)) for c in bm.EMBEDDED_CASES if c["name"] == name)
+
+
+def _brute_pairs(q_len: int, kv_len: int, window_left: int) -> int:
+    total = 0
+    for i in range(q_len):
+        a = kv_len - q_len + i
+        total += sum(1 for j in range(kv_len) if 0 <= a - j and (window_left < 0 or a - j <= window_left))
+    return total
+
+
+def _brute_keys_read(q_len: int, kv_len: int, window_left: int) -> int:
+    seen = set()
+    for i in range(q_len):
+        a = kv_len - q_len + i
+        seen.update(j for j in range(kv_len) if 0 <= a - j and (window_left < 0 or a - j <= window_left))
+    return len(seen)
+
+
+# --- accounting ---------------------------------------------------------------------------------
+
+
+def test_visible_pairs_of_the_anchor_cases():
+    assert bm.visible_pairs(_case("prefill8k_global")) == 8192 * 8193 // 2
+    assert bm.visible_pairs(_case("prefill32k_global")) == 32768 * 32769 // 2
+    # 4 requests, queries at positions 14336..16383 see 14337..16384 keys
+    assert bm.visible_pairs(_case("chunk2k_on16k_x4")) == 4 * sum(range(14337, 16385))
+    assert bm.visible_pairs(_case("prefill8k_local")) == 512 * 513 // 2 + (8192 - 512) * 512
+    assert bm.visible_pairs(_case("decode_b64_8k")) == 64 * 8192
+    assert bm.visible_pairs(_case("decode_b64_8k_local")) == 64 * 512
+    assert bm.visible_pairs(_case("decode_b1_128k")) == 131072
+
+
+@pytest.mark.parametrize("q_len,kv_len", [(1, 1), (1, 9), (5, 5), (3, 17), (17, 17), (16, 40), (40, 40)])
+@pytest.mark.parametrize("window_left", [-1, 0, 1, 4, 15, 16, 100])
+def test_pairs_and_keys_read_match_brute_force(q_len, kv_len, window_left):
+    assert bm.visible_pairs_per_request(q_len, kv_len, window_left) == _brute_pairs(q_len, kv_len, window_left)
+    assert bm.kv_positions_read_per_request(q_len, kv_len, window_left) == _brute_keys_read(q_len, kv_len, window_left)
+
+
+def test_byte_counts():
+    # 64 x 8K decode: K+V 64*8192*1*128*2 B each, q and out 64*8*128*2 B each, rel 64*8*1024*2 B
+    assert bm.byte_count(_case("decode_b64_8k")) == 269_746_176
+    assert bm.byte_count(_case("decode_b1_128k")) == 67_108_864 + 2 * 2048 + 16384
+    # sliding decode reads only the 512-key window of its 2 KV heads
+    local = _case("decode_b64_8k_local")
+    assert bm.byte_count(local) == 2 * (2 * 64 * 512 * 2 * 128 + 2 * 64 * 8 * 128 + 64 * 8 * 512)
+    assert bm.flop_count(_case("prefill8k_global")) == 4 * 128 * 8 * (8192 * 8193 // 2)
+
+
+def test_throughput_reproduces_anchor_figures():
+    """anchors.md: fa4_scoremod 0.606 ms = 227 TFLOP/s (8K prefill), 0.314 ms = 858 GB/s (64 x 8K decode)."""
+    assert bm.tflops(_case("prefill8k_global"), 0.606) == pytest.approx(227, abs=1)
+    assert bm.tflops(_case("prefill8k_local"), 0.130) == pytest.approx(128, abs=1)
+    assert bm.tflops(_case("prefill32k_global"), 9.02) == pytest.approx(244, abs=1)
+    assert bm.gbps(_case("decode_b64_8k"), 0.314) == pytest.approx(858, abs=2)
+    assert bm.gbps(_case("decode_b1_128k"), 4.61) == pytest.approx(14.6, abs=0.1)
+    assert bm.headline_metric(_case("decode_b1_128k")) == "GB/s"
+    assert bm.headline_metric(_case("chunk2k_on16k_x4")) == "TFLOP/s"
+
+
+# --- cases ---------------------------------------------------------------------------------------
+
+
+def test_embedded_cases_match_the_shared_file():
+    if not bm.SHARED_CASES.is_file():
+        pytest.skip(f"{bm.SHARED_CASES} is not on this machine")
+    shared = json.loads(bm.SHARED_CASES.read_text())["cases"]
+    assert [dict(c) for c in bm.EMBEDDED_CASES] == shared
+
+
+def test_case_file_override_and_errors(tmp_path):
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps({"cases": [dict(bm.EMBEDDED_CASES[0], name="mine")]}))
+    cases, source = bm.load_cases(path)
+    assert [c.name for c in cases] == ["mine"] and source == str(path)
+    path.write_text(json.dumps([dict(bm.EMBEDDED_CASES[0], heads=3)]))
+    with pytest.raises(ValueError, match="unknown keys"):
+        bm.load_cases(path)
+    with pytest.raises(ValueError, match="multiple of hkv"):
+        bm.BenchCase("bad", 1, 4, 4, hq=6, hkv=4, d=128, rel_extent=16)
+    assert [c.name for c in bm.filter_cases(cases, "min,zzz")] == ["mine"]
+    assert bm.filter_cases(cases, "zzz") == []
+
+
+def test_smoke_cases_keep_the_structure():
+    for entry in bm.EMBEDDED_CASES:
+        case, small = bm.case_from_dict(dict(entry)), bm.smoke_case(bm.case_from_dict(dict(entry)))
+        assert small.name.endswith("@smoke")
+        assert (small.q_len == 1) == (case.q_len == 1)
+        assert (small.q_len == small.kv_len) == (case.q_len == case.kv_len)
+        assert small.is_local == case.is_local and (small.hq, small.hkv, small.d) == (case.hq, case.hkv, case.d)
+        if small.is_local:
+            assert small.window_left == small.rel_extent - 1
+
+
+# --- inputs and the correctness check -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("page_size", [16, 128])
+def test_paged_inputs_hold_the_dense_kv(page_size):
+    case = dataclasses.replace(_case("chunk2k_on16k_x4"), q_len=8, kv_len=200, name="t")
+    inputs = bm.make_inputs(case, CPU, seed=1)
+    paged = bm.make_paged(inputs, page_size)
+    pages = -(-case.kv_len // page_size)
+    assert paged.block_table.dtype == torch.int32 and paged.block_table.shape == (case.num_reqs, pages)
+    used = paged.block_table.flatten().long()
+    assert len(set(used.tolist())) == used.numel()  # distinct blocks
+    spare = sorted(set(range(paged.key_cache.shape[0])) - set(used.tolist()))
+    assert len(spare) == bm.SPARE_BLOCKS and paged.key_cache[spare].isnan().all()
+    for b in range(case.num_reqs):
+        k = paged.key_cache[paged.block_table[b].long()].reshape(-1, case.hkv, case.d)
+        v = paged.value_cache[paged.block_table[b].long()].reshape(-1, case.hkv, case.d)
+        assert torch.equal(k[: case.kv_len], inputs.k_dense[b]) and torch.equal(v[: case.kv_len], inputs.v_dense[b])
+        assert k.isfinite().all() and v.isfinite().all()  # the last page's tail is finite
+    assert (inputs.q != 0).all() and (inputs.rel_logits != 0).all()
+
+
+@pytest.mark.parametrize("name", ["chunk2k_on16k_x4", "prefill8k_local", "decode_b64_8k_local"])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_reference_rows_match_the_brute_force_oracle(name, with_bias):
+    case = bm.smoke_case(_case(name))
+    inputs = bm.make_inputs(case, CPU, seed=2, dtype=torch.bfloat16)
+    paged = bm.make_paged(inputs, 16)
+    rel = inputs.rel_logits if with_bias else torch.zeros_like(inputs.rel_logits)
+    oracle = rel_attn_brute_force(
+        inputs.q, paged.key_cache, paged.value_cache, paged.block_table, inputs.cache_seqlens, inputs.cu_seqlens_q, rel,
+        softmax_scale=case.softmax_scale, window_size=case.window_size,
+    )  # fmt: skip
+    rows = bm.check_rows(case)
+    ref = bm.reference_rows(inputs, rows, with_bias=with_bias)
+    assert bm.relative_l2(oracle, rows, ref, case.q_len) < 1e-12
+    assert bm.relative_l2(oracle.flip(0), rows, ref, case.q_len) > 1e-2  # the check does notice wrong rows
+
+
+def test_check_rows_cover_first_and_last_request():
+    rows = bm.check_rows(_case("chunk2k_on16k_x4"))
+    assert {b for b, _ in rows} == {0, 3} and {i for _, i in rows} == {0, 1, 1024, 2046, 2047}
+    assert bm.check_rows(_case("decode_b1_128k")) == [(0, 0)]
+
+
+# --- table ----------------------------------------------------------------------------------------
+
+
+def test_table_ratio_is_peer_time_over_ours():
+    case = _case("prefill8k_global")
+    env = {"timestamp": "t", "git_sha": "s"}
+    recs = [
+        bm.make_record(env, case, 128, "ours", median_ms=0.3, tflops=bm.tflops(case, 0.3), gbps=1.0, err_flag=False),
+        bm.make_record(env, case, 128, "fa4_scoremod", median_ms=0.6, tflops=bm.tflops(case, 0.6), gbps=1.0, err_flag=True),
+        bm.make_record(env, case, 128, "sdpa_nobias", status="unavailable", reason="x"),
+    ]
+    table = bm.format_table(recs)
+    assert "0.3ms 458T 1.00x" in table and "0.6ms 229T 2.00x!" in table and "n/a" in table
+
+
+# --- end to end -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """One CPU smoke run over three cases (prefill, chunked, sliding decode) at both page sizes."""
+    out = tmp_path_factory.mktemp("bench")
+    argv = ["--smoke", "--device", "cpu", "--cases-filter", "chunk,prefill8k_local,decode_b1", "--out", str(out), "--git-sha", "abc123", "--no-progress"]
+    assert bm.main(argv) == 0
+    records = [json.loads(line) for line in (out / "bench_records.jsonl").read_text().splitlines()]
+    return out, records
+
+
+def test_smoke_run_writes_one_record_per_case_page_peer(smoke_run, capsys):
+    out, records = smoke_run
+    timed = [r for r in records if r["case"] != bm.HOST_CASE]
+    assert len(timed) == 3 * 2 * len(bm.ALL_PEERS)
+    assert {(r["case"], r["page_size"]) for r in timed} == {
+        (f"{c}@smoke", p) for c in ("chunk2k_on16k_x4", "prefill8k_local", "decode_b1_128k") for p in (16, 128)
+    }
+    for r in records:
+        assert r["git_sha"] == "abc123" and r["device"] == "cpu" and r["smoke"] is True
+        assert r["command"].startswith("python -m inkling_ops.benchmark --smoke")
+        assert {"torch", "triton", "cutlass_dsl", "flash_attn_4"} <= set(r["versions"])
+    by = {(r["case"].split("@")[0], r["page_size"], r["peer"]): r for r in timed}
+    for (case, _page, peer), r in by.items():
+        if peer.startswith("fa4"):
+            assert r["status"] == "unavailable" and "CUDA" in r["reason"]
+        elif peer == "sdpa_nobias" and case == "prefill8k_local":
+            assert r["status"] == "skipped" and "sliding" in r["reason"]
+        else:
+            assert r["status"] == "ok", r
+            assert r["rel_err"] < bm.DEFAULT_TOL and r["err_flag"] is False
+            assert r["median_ms"] > 0 and r["first_call_s"] >= 0
+            assert r["tflops"] == pytest.approx(bm.flop_count(bm.BenchCase(**r["case_spec"])) / (r["median_ms"] * 1e9))
+    assert by[("chunk2k_on16k_x4", 16, "ours")]["backend"] == "reference"
+    assert "causal_lower_right" in by[("chunk2k_on16k_x4", 16, "sdpa_nobias")]["note"]
+    assert "measured once" in by[("decode_b1_128k", 128, "flex")]["note"]
+    host = {r["peer"]: r for r in records if r["case"] == bm.HOST_CASE}
+    assert {"noop", "ours", "sdpa_nobias"} <= set(host) and host["ours"]["host_us_per_call"] > 0
+    assert "wall time / N" in host["ours"]["note"]
+    assert (out / "bench.log").read_text().count("\n") > 20
+
+
+def test_plot_draws_the_latest_run(smoke_run, tmp_path):
+    pytest.importorskip("matplotlib")
+    out, _ = smoke_run
+    png = tmp_path / "bench.png"
+    assert bm.main(["--plot", str(out / "bench_records.jsonl"), "--png", str(png)]) == 0
+    assert png.stat().st_size > 1000
+
+
+def test_plot_says_so_without_matplotlib(smoke_run, tmp_path, monkeypatch, capsys):
+    out, _ = smoke_run
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    assert bm.main(["--plot", str(out / "bench_records.jsonl"), "--png", str(tmp_path / "x.png")]) == 1
+    assert "matplotlib is not importable" in capsys.readouterr().out
+
+
+def test_latest_run_groups_by_sha_and_timestamp():
+    recs = [{"git_sha": "a", "timestamp": "1", "i": 0}, {"git_sha": "b", "timestamp": "2", "i": 1}, {"git_sha": "b", "timestamp": "2", "i": 2}]
+    assert [r["i"] for r in bm.latest_run(recs)] == [1, 2]
+
+
+def test_dry_run_lists_peer_availability(capsys):
+    assert bm.main(["--dry-run", "--device", "cpu", "--cases-filter", "decode_b64_8k_local"]) == 0
+    text = capsys.readouterr().out
+    assert "pairs 32,768" in text and "flash-attn-4 runs on CUDA only" in text and "skipped: SDPA has no sliding-window" in text
+
+
+@pytest.mark.slow
+def test_fa4_score_mod_compiles_for_sm90_without_a_gpu(monkeypatch):
+    """Needs flash_attn.cute and nvidia-cutlass-dsl importable (e.g. PYTHONPATH to a staged site)."""
+    if "cutlass" in sys.modules:
+        pytest.skip("cutlass was imported before this test could set CUTE_DSL_ARCH (the DSL reads it at import)")
+    for var, value in bm.FA4_FAKE_COMPILE_ENV.items():
+        monkeypatch.setenv(var, value)
+    pytest.importorskip("cutlass")
+    pytest.importorskip("flash_attn.cute")
+    case = _case("decode_b64_8k_local")
+    assert bm.check_fa4_compile([case], [16], bm.Log([])) == 0
