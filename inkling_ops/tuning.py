@@ -36,23 +36,16 @@ DECODE_CASES = {
     "decode_b64_8k_local": dict(q_lens=[1] * 64, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511),
     "decode_b1_128k": dict(q_lens=[1], kv_lens=[131072], num_heads=8, num_kv_heads=1, rel_extent=1024),
 }
-# (block_m, block_n, num_warps, num_stages, block_n_full)
+# (block_m, block_n, num_warps, num_stages)
 PREFILL_CONFIGS = [
-    FwdConfig(128, 64, 8, 3, 16),
-    FwdConfig(128, 64, 8, 3, 32),
-    FwdConfig(128, 64, 8, 2, 16),
-    FwdConfig(128, 64, 8, 4, 16),
-    FwdConfig(64, 64, 4, 3, 16),
-    FwdConfig(64, 64, 4, 3, 32),
-    FwdConfig(128, 32, 8, 4, 16),
+    FwdConfig(64, 64, 4, 3),
+    FwdConfig(128, 64, 8, 3),
+    FwdConfig(128, 64, 8, 2),
+    FwdConfig(128, 128, 8, 2),
+    FwdConfig(128, 128, 8, 3),
+    FwdConfig(64, 128, 4, 2),
 ]
-DECODE_CONFIGS = [
-    FwdConfig(16, 64, 4, 3, 32),
-    FwdConfig(16, 64, 4, 3, 16),
-    FwdConfig(16, 64, 4, 4, 32),
-    FwdConfig(16, 128, 4, 3, 32),
-    FwdConfig(16, 32, 4, 4, 32),
-]
+DECODE_CONFIGS = [FwdConfig(16, 64, 4, 3), FwdConfig(16, 128, 4, 3), FwdConfig(16, 64, 4, 4), FwdConfig(16, 32, 4, 4)]
 SPLITS = [1, 2, 4, 8, 16, 32, 64, 128]
 
 
@@ -92,8 +85,7 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
     out = torch.zeros_like(case.q)
     fn = _call(case, out, splits=splits, config=config)
     base = dict(env, case=name, kind=kind, page_size=page, splits=splits, block_m=config.block_m,
-                block_n=config.block_n, block_n_full=config.block_n_full, num_warps=config.num_warps,
-                num_stages=config.num_stages)  # fmt: skip
+                block_n=config.block_n, num_warps=config.num_warps, num_stages=config.num_stages)  # fmt: skip
     t0 = time.perf_counter()
     try:
         compiled = fn()

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .triton_launch import CachedLauncher
+
 
 @triton.jit(do_not_specialize=["num_reqs"])
 def rel_attn_combine_kernel(
@@ -59,10 +61,13 @@ def launch_rel_attn_combine(
     num_splits, num_tokens, num_heads, head_dim = part_out.shape
     block_h = min(triton.next_power_of_2(num_heads), 16)
     grid = (num_tokens, triton.cdiv(num_heads, block_h))
-    rel_attn_combine_kernel[grid](
+    args = (
         part_out, part_lse, out, cu_seqlens_q, cu_seqlens_q.shape[0] - 1,
         part_lse.stride(0), part_lse.stride(1), part_lse.stride(2),
         out.stride(0), out.stride(1),
-        NUM_HEADS=num_heads, HEAD_DIM=head_dim, NUM_SPLITS=num_splits, BLOCK_H=block_h,
-        num_warps=4,
+        num_heads, head_dim, num_splits, block_h,  # constexprs
     )  # fmt: skip
+    _launch(grid, args, num_warps=4, num_stages=3)
+
+
+_launch = CachedLauncher(rel_attn_combine_kernel)

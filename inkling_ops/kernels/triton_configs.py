@@ -14,10 +14,9 @@ class FwdConfig:
     """Launch configuration of the forward kernel."""
 
     block_m: int  # rows per program: query tokens x padded query heads of one KV head
-    block_n: int  # keys per tile of the plain loop (no bias, no masks)
+    block_n: int  # keys per tile
     num_warps: int
     num_stages: int
-    block_n_full: int = 32  # keys per piece of a masked/biased tile (divides block_n)
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).
@@ -28,21 +27,18 @@ def fwd_config(*, head_dim: int, q_per_kv: int, max_seqlen_q_bucket: int) -> Fwd
     """The forward kernel's configuration for one compile key.
 
     Decode / speculative verify (bucket <= 16): a program holds every query row of its KV head
-    (up to 64 rows) and streams keys; prefill: 128-row programs over 64-key tiles (32 at
-    head_dim 256), 8 warps from head_dim 128 up.
+    (up to 64 rows) and streams 64-key tiles. Prefill: 64-row programs (4 warps, 3 stages) over
+    64-key tiles (32 at head_dim 256); on the H200 this beat 128-row / 8-warp programs on the
+    anchor cases (meta/tuning_records.jsonl, 2026-11-30).
     """
     g_pad = 1 << max(0, q_per_kv - 1).bit_length()
     if max_seqlen_q_bucket <= DECODE_MAX_Q:
         rows = max_seqlen_q_bucket * g_pad
         block_m = min(64, max(16, 1 << max(0, rows - 1).bit_length()))
-        return FwdConfig(
-            block_m=max(block_m, g_pad), block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=3,
-            block_n_full=32 if head_dim <= 128 else 16,
-        )
+        return FwdConfig(block_m=max(block_m, g_pad), block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=3)
     return FwdConfig(
-        block_m=max(128, g_pad),
+        block_m=max(64, g_pad),
         block_n=64 if head_dim <= 128 else 32,
-        num_warps=8 if head_dim >= 128 else 4,
+        num_warps=4,
         num_stages=3 if head_dim <= 128 else 2,
-        block_n_full=16,
     )

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from .triton_configs import FwdConfig
+from .triton_launch import CachedLauncher
 
 LOG2E = 1.4426950408889634
 
@@ -35,7 +36,8 @@ def _attend_tile(
     acc, m_i, l_i, q,
     k_ptr, v_ptr, bt_row, j0, kv_len, num_blocks,
     stride_kb, stride_kp, stride_vb, stride_vp,
-    rel_base, rel_row_off, q_abs, qk_scale, offs_d,
+    rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+    offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     FULL: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -43,42 +45,40 @@ def _attend_tile(
 
     FULL=False: every key is visible to every row and no bias applies (no masks, no bias load).
     FULL=True: apply the causal / window / length masks and the bias where 0 <= d < REL_EXTENT.
-    ``k_ptr``/``v_ptr`` already point at this program's KV head; the bias of row r at distance d
-    is ``rel_base[rel_row_off[r] + d]`` (int32 offsets keep the gather's registers small).
+    ``k_ptr``/``v_ptr`` already point at this program's KV head.
     """
-    offs_n = tl.arange(0, BLOCK_N)
     keys = j0 + offs_n
-    # Keys past kv_len (only in the last, masked tile) are read at kv_len - 1 instead: always a
-    # valid, finite row, so no load needs a mask and garbage past the length never enters P @ V.
-    if FULL:
-        offs_ld = tl.minimum(offs_n, kv_len - 1 - j0)
-    else:
-        offs_ld = offs_n
     if PAGE >= BLOCK_N:
         # The tile lies inside one page: one block-table entry, contiguous slots.
         blk = tl.load(bt_row + j0 // PAGE)
         blk = tl.minimum(tl.maximum(blk, 0), num_blocks - 1).to(tl.int64)
-        slots = ((j0 % PAGE) + offs_ld).to(tl.int64)
+        slots = (j0 % PAGE) + offs_n
+        k_off = blk * stride_kb + slots.to(tl.int64) * stride_kp
+        v_off = blk * stride_vb + slots.to(tl.int64) * stride_vp
     else:
-        keys_ld = j0 + offs_ld
-        blk = tl.load(bt_row + keys_ld // PAGE)
+        blk = tl.load(bt_row + keys // PAGE, mask=keys < kv_len, other=0)
         blk = tl.minimum(tl.maximum(blk, 0), num_blocks - 1).to(tl.int64)
-        slots = (keys_ld % PAGE).to(tl.int64)
-    k = tl.load(k_ptr + (blk * stride_kb + slots * stride_kp)[:, None] + offs_d[None, :])
-    v = tl.load(v_ptr + (blk * stride_vb + slots * stride_vp)[:, None] + offs_d[None, :])
+        slots = (keys % PAGE).to(tl.int64)
+        k_off = blk * stride_kb + slots * stride_kp
+        v_off = blk * stride_vb + slots * stride_vp
+    if FULL:
+        key_ok = keys < kv_len
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
 
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     if FULL:
         d = q_abs[:, None] - keys[None, :]
-        # Unmasked gather at a clamped distance (always inside the row), zeroed outside the band.
-        bias = tl.load(rel_base + (rel_row_off[:, None] + tl.minimum(tl.maximum(d, 0), REL_EXTENT - 1)))
-        du = d.to(tl.uint32)  # one unsigned compare tests 0 <= d < bound
-        s = tl.where(du < REL_EXTENT, bias.to(tl.float32) * 1.4426950408889634, 0.0) + s * qk_scale
-        # Visible: 0 <= d (for a valid row this implies key <= q_abs < kv_len), and d <= window.
+        in_band = (d >= 0) & (d < REL_EXTENT) & row_valid[:, None]
+        bias = tl.load(rel_row_ptr[:, None] + d * stride_re, mask=in_band, other=0.0)
+        s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
+        visible = (d >= 0) & key_ok[None, :]
         if WINDOW_LEFT >= 0:
-            s = tl.where(du <= WINDOW_LEFT, s, float("-inf"))
-        else:
-            s = tl.where(d >= 0, s, float("-inf"))
+            visible = visible & (d <= WINDOW_LEFT)
+        s = tl.where(visible, s, float("-inf"))
     else:
         s = s * qk_scale
 
@@ -98,20 +98,19 @@ def rel_attn_fwd_kernel(
     stride_qt, stride_qh,
     stride_kb, stride_kp, stride_kh,
     stride_vb, stride_vp, stride_vh,
-    stride_rt, stride_rh,
+    stride_rt, stride_rh, stride_re,
     stride_ot, stride_oh,
     stride_bt,
     stride_ps, stride_pt, stride_ph,
     G: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
     PAGE: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_N_FULL: tl.constexpr, NUM_STAGES: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
     Shapes: q, out (T, Hq, D); k, v (num_blocks, PAGE, Hkv, D) (any strides, last dim contiguous);
-    rel (T, Hq, REL_EXTENT) with a contiguous last dim; bt (num_reqs, max_blocks_per_seq); part_out (NUM_SPLITS, T, Hq, D) and
+    rel (T, Hq, REL_EXTENT); bt (num_reqs, max_blocks_per_seq); part_out (NUM_SPLITS, T, Hq, D) and
     part_lse (NUM_SPLITS, T, Hq) fp32, used only with SPLIT_KV.
     """
     BLOCK_Q: tl.constexpr = BLOCK_M // G_PAD
@@ -129,6 +128,7 @@ def rel_attn_fwd_kernel(
         return
 
     offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     tok = pid_m * BLOCK_Q + offs_m // G_PAD  # request-local token of each row
     grp = offs_m % G_PAD
@@ -142,9 +142,7 @@ def rel_attn_fwd_kernel(
         mask=row_valid[:, None],
         other=0.0,
     )
-    # Bias rows relative to the program's first row; invalid rows read a valid row (discarded).
-    rel_base = rel_ptr + (q_start.to(tl.int64) * stride_rt + (kv_head * G).to(tl.int64) * stride_rh)
-    rel_row_off = tl.minimum(tok, q_len - 1) * stride_rt + tl.minimum(grp, G - 1) * stride_rh
+    rel_row_ptr = rel_ptr + t_row * stride_rt + head.to(tl.int64) * stride_rh
     k_head_ptr = k_ptr + kv_head.to(tl.int64) * stride_kh
     v_head_ptr = v_ptr + kv_head.to(tl.int64) * stride_vh
     bt_row = bt_ptr + req.to(tl.int64) * stride_bt
@@ -180,27 +178,23 @@ def rel_attn_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
 
-    # Masked/biased tiles run in BLOCK_N_FULL-key pieces: the bias gather and the masks cost
-    # registers per score, and full-width pieces would spill.
-    SUB: tl.constexpr = BLOCK_N // BLOCK_N_FULL
-    n_sub = tl.cdiv(hi - lo_tile, BLOCK_N_FULL)  # pieces up to the last key: none starts past hi
-    for u in tl.range(t_begin * SUB, tl.minimum(tl.minimum(t_end, n_edge) * SUB, n_sub)):
+    for t in tl.range(t_begin, tl.minimum(t_end, n_edge)):
         acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + u * BLOCK_N_FULL, kv_len, num_blocks,
-            stride_kb, stride_kp, stride_vb, stride_vp, rel_base, rel_row_off, q_abs, qk_scale, offs_d,
-            PAGE, BLOCK_N_FULL, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
+            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + t * BLOCK_N, kv_len, num_blocks,
+            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
         )  # fmt: skip
     for t in tl.range(tl.maximum(t_begin, n_edge), tl.minimum(t_end, n_plain), num_stages=NUM_STAGES):
         acc, m_i, l_i = _attend_tile(
             acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + t * BLOCK_N, kv_len, num_blocks,
-            stride_kb, stride_kp, stride_vb, stride_vp, rel_base, rel_row_off, q_abs, qk_scale, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, False, DOT_PRECISION,
+            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, False, DOT_PRECISION,
         )  # fmt: skip
-    for u in tl.range(tl.maximum(t_begin, n_plain) * SUB, tl.minimum(t_end * SUB, n_sub), num_stages=NUM_STAGES):
+    for t in tl.range(tl.maximum(t_begin, n_plain), t_end, num_stages=NUM_STAGES):
         acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + u * BLOCK_N_FULL, kv_len, num_blocks,
-            stride_kb, stride_kp, stride_vb, stride_vp, rel_base, rel_row_off, q_abs, qk_scale, offs_d,
-            PAGE, BLOCK_N_FULL, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
+            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + t * BLOCK_N, kv_len, num_blocks,
+            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
         )  # fmt: skip
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
@@ -235,11 +229,11 @@ def launch_rel_attn_fwd(
     part_out: torch.Tensor | None = None,
     part_lse: torch.Tensor | None = None,
 ):
-    """Launch the forward kernel (``rel_logits`` must have a contiguous last dim). With ``num_splits > 1``, writes ``part_out`` (S, T, Hq, D) and
-    ``part_lse`` (S, T, Hq) (fp32, caller-allocated) instead of ``out``.
+    """Launch the forward kernel. With ``num_splits > 1``, writes ``part_out`` (S, T, Hq, D) and
+    ``part_lse`` (S, T, Hq) (fp32, caller-allocated) instead of ``out``. Returns Triton's handle
+    of the compiled kernel (None under the interpreter).
 
     Equivalent PyTorch: ``inkling_ops.reference.rel_attn_reference`` (for num_splits == 1).
-    Returns Triton's handle of the compiled kernel.
     """
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_blocks, page, num_kv_heads, _ = key_cache.shape
@@ -255,20 +249,21 @@ def launch_rel_attn_fwd(
         p_out = p_lse = out  # unused
         p_strides = (0, 0, 0)
     grid = (triton.cdiv(max_seqlen_q, block_m // g_pad), num_splits, num_reqs * num_kv_heads)
-    return rel_attn_fwd_kernel[grid](
+    args = (
         q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out, p_out, p_lse,
         softmax_scale * LOG2E, q.shape[0], num_blocks, block_table.shape[1],
         q.stride(0), q.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
-        rel_logits.stride(0), rel_logits.stride(1),
+        rel_logits.stride(0), rel_logits.stride(1), rel_logits.stride(2),
         out.stride(0), out.stride(1),
         block_table.stride(0),
         *p_strides,
-        G=group, G_PAD=g_pad, HEAD_DIM=head_dim, NUM_KV_HEADS=num_kv_heads,
-        PAGE=page, REL_EXTENT=rel_logits.shape[2], WINDOW_LEFT=window_left,
-        NUM_SPLITS=num_splits, SPLIT_KV=split,
-        BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_N_FULL=config.block_n_full, NUM_STAGES=config.num_stages,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        # constexprs, in signature order
+        group, g_pad, head_dim, num_kv_heads, page, rel_logits.shape[2], window_left, num_splits, split,
+        block_m, config.block_n, config.num_stages, "ieee" if q.dtype == torch.float32 else "tf32",
     )  # fmt: skip
+    return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+_launch = CachedLauncher(rel_attn_fwd_kernel)
