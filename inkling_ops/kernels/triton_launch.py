@@ -55,5 +55,5 @@ class CachedLauncher:
             if hasattr(compiled, "run") and hasattr(compiled, "function"):
                 self._compiled[key] = compiled
             return compiled
-        compiled[grid](*args)
+        compiled[grid + (1,) * (3 - len(grid))](*args)  # a compiled kernel wants all three grid dims
         return compiled
