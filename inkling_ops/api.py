@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from . import library  # noqa: F401  (registers torch.ops.inkling.*)
+from .validation import check_kinds
 
 
 def rel_attn(
@@ -46,9 +47,10 @@ def rel_attn(
     Equivalent PyTorch (one request, G = Hq // Hkv, d = q_abs[:, None] - arange(kv_len)):
     ``softmax(scale * q @ K.T + bias(d) + mask(d)) @ V`` with K, V repeated G times over heads.
     """
+    args = (q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
+    check_kinds(args, out, max_seqlen_q, softmax_scale, window_size, num_splits, backend)
     if softmax_scale is None:
         softmax_scale = 1.0 / q.shape[-1]
-    args = (q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
     options = dict(
         max_seqlen_q=max_seqlen_q,
         softmax_scale=softmax_scale,

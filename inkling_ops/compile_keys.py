@@ -41,7 +41,13 @@ class DeviceFacts:
 
     arch: str  # "sm_90a", "sm_80", ..., or "cpu"
     num_sms: int
-    capability: tuple[int, int] = (0, 0)  # CUDA compute capability; (0, 0) off CUDA
+    capability: tuple[int, int] | None = None  # CUDA compute capability; None: read from arch
+
+    def __post_init__(self) -> None:
+        if self.capability is None:  # "sm_90a" -> (9, 0), "sm_100" -> (10, 0); off CUDA (0, 0)
+            digits = self.arch.removeprefix("sm_").rstrip("a")
+            cap = (int(digits[:-1]), int(digits[-1])) if self.arch.startswith("sm_") and digits.isdigit() else (0, 0)
+            object.__setattr__(self, "capability", cap)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -72,6 +72,39 @@ def normalize_window(window_size: object) -> int:
     return left
 
 
+_TENSOR_ARGS = ("q", "key_cache", "value_cache", "block_table", "cache_seqlens", "cu_seqlens_q", "rel_logits")
+
+
+def check_kinds(
+    tensors: Sequence[object],
+    out: object,
+    max_seqlen_q: object,
+    softmax_scale: object,
+    window_size: object,
+    num_splits: object,
+    backend: object,
+) -> None:
+    """Raise ``TypeError`` naming the argument when an argument is the wrong kind of object.
+
+    The Python API runs this before calling the op: the op's schema would otherwise reject such
+    arguments with a ``RuntimeError``, or convert them silently (a bool ``max_seqlen_q`` becomes 1,
+    a 0-dim tensor ``softmax_scale`` a float, at the cost of a device sync).
+    """
+    for name, t in zip(_TENSOR_ARGS, tensors):
+        _check_tensor(name, t)
+    if out is not None:
+        _check_tensor("out", out)
+    if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, (int, torch.SymInt)):
+        raise TypeError(f"{OP_NAME}: argument 'max_seqlen_q' must be an int, got {type(max_seqlen_q).__name__}")
+    if softmax_scale is not None and (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float))):
+        raise TypeError(f"{OP_NAME}: argument 'softmax_scale' must be a float, got {type(softmax_scale).__name__}")
+    normalize_window(window_size)
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int):
+        raise TypeError(f"{OP_NAME}: argument 'num_splits' must be an int, got {type(num_splits).__name__}")
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"{OP_NAME}: argument 'backend' must be a str or None, got {type(backend).__name__}")
+
+
 def check_call(
     q: torch.Tensor,
     key_cache: torch.Tensor,
@@ -100,7 +133,7 @@ def check_call(
     if head_dim == 0 or num_heads == 0:
         raise _fail("q", f"of shape {_shape(q)}", "num_heads >= 1 and head_dim >= 1")
     if q.stride(2) != 1:
-        raise _fail("q", f"with last-dim stride {q.stride(2)}", "a contiguous last dimension (stride 1)")
+        raise _fail("q", f"a tensor with last-dim stride {q.stride(2)}", "a contiguous last dimension (stride 1)")
     device = q.device
 
     kv_shape = None
@@ -119,7 +152,7 @@ def check_call(
         if cache.shape[3] != head_dim:
             raise _fail(name, f"of shape {_shape(cache)}", f"head_dim {head_dim} (q's last dim) in dim 3")
         if cache.stride(3) != 1:
-            raise _fail(name, f"with last-dim stride {cache.stride(3)}", "a contiguous last dimension (stride 1)")
+            raise _fail(name, f"a tensor with last-dim stride {cache.stride(3)}", "a contiguous last dimension (stride 1)")
         if kv_shape is None:
             kv_shape = cache.shape
         elif cache.shape != kv_shape:
@@ -130,7 +163,7 @@ def check_call(
     if num_heads % num_kv_heads != 0:
         raise _fail(
             "key_cache",
-            f"with {num_kv_heads} KV heads",
+            f"a cache with {num_kv_heads} KV heads",
             f"a divisor of q's {num_heads} query heads (num_heads % num_kv_heads == 0)",
         )
 
@@ -197,7 +230,7 @@ def check_call(
         if out.device != device:
             raise _fail("out", f"on device {out.device}", f"the device of q ({device})")
         if out.stride(2) != 1:
-            raise _fail("out", f"with last-dim stride {out.stride(2)}", "a contiguous last dimension (stride 1)")
+            raise _fail("out", f"a tensor with last-dim stride {out.stride(2)}", "a contiguous last dimension (stride 1)")
 
     return RelAttnProblem(
         num_tokens=num_tokens,

@@ -86,3 +86,31 @@ def _problem(case):
         case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
         case.rel_logits, case.max_seqlen_q, case.softmax_scale, case.window_size, True, 0, None,
     )  # fmt: skip
+
+
+def _tuning_candidates():
+    from inkling_ops.tuning import DECODE_CONFIGS, PREFILL_CONFIGS
+
+    return [("prefill", c) for c in PREFILL_CONFIGS] + [("decode", c) for c in DECODE_CONFIGS]
+
+
+@pytest.mark.parametrize("kind,config", _tuning_candidates(), ids=lambda v: str(v))
+def test_every_tuning_candidate_is_correct(kind, config):
+    """Every launch configuration the tuner may pick computes the same function."""
+    from inkling_ops.backends.triton_backend import run_triton
+
+    if kind == "prefill":
+        case = make_case(q_lens=[40, 3], kv_lens=[130, 70], num_heads=8, num_kv_heads=2, rel_extent=24, window_left=50)
+        splits = 1
+    else:
+        case = make_case(q_lens=[1, 2], kv_lens=[300, 90], num_heads=8, num_kv_heads=1, rel_extent=48)
+        splits = 3
+    n = sum(case.q_lens)
+    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
+    out = torch.zeros_like(case.q)
+    run_triton(
+        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+        case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
+        max_seqlen_q=case.max_seqlen_q, num_splits=splits, config=config,
+    )  # fmt: skip
+    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
