@@ -49,6 +49,16 @@ def _check_index_tensor(arg: str, t: object, ndim: int, device: torch.device) ->
     return t
 
 
+def _check_int_kind(arg: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+        raise TypeError(f"{OP_NAME}: argument '{arg}' must be an int, got {type(value).__name__}")
+
+
+def _check_float_kind(arg: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{OP_NAME}: argument '{arg}' must be a float, got {type(value).__name__}")
+
+
 def normalize_window(window_size: object) -> int:
     """Map ``window_size=(left, right)`` to ``window_left`` (-1 means no window).
 
@@ -94,10 +104,9 @@ def check_kinds(
         _check_tensor(name, t)
     if out is not None:
         _check_tensor("out", out)
-    if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, (int, torch.SymInt)):
-        raise TypeError(f"{OP_NAME}: argument 'max_seqlen_q' must be an int, got {type(max_seqlen_q).__name__}")
-    if softmax_scale is not None and (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float))):
-        raise TypeError(f"{OP_NAME}: argument 'softmax_scale' must be a float, got {type(softmax_scale).__name__}")
+    _check_int_kind("max_seqlen_q", max_seqlen_q)
+    if softmax_scale is not None:
+        _check_float_kind("softmax_scale", softmax_scale)
     normalize_window(window_size)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int):
         raise TypeError(f"{OP_NAME}: argument 'num_splits' must be an int, got {type(num_splits).__name__}")
@@ -203,15 +212,13 @@ def check_call(
             "block_table", f"of shape {_shape(block_table)}", f"({num_reqs}, max_blocks_per_seq): one row per request"
         )
 
-    if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, (int, torch.SymInt)):
-        raise TypeError(f"{OP_NAME}: argument 'max_seqlen_q' must be an int, got {type(max_seqlen_q).__name__}")
+    _check_int_kind("max_seqlen_q", max_seqlen_q)
     if num_tokens > 0 and max_seqlen_q <= 0:
         raise _fail("max_seqlen_q", max_seqlen_q, f">= 1 when q holds tokens (q has {num_tokens})")
     if max_seqlen_q < 0:
         raise _fail("max_seqlen_q", max_seqlen_q, ">= 0")
 
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
-        raise TypeError(f"{OP_NAME}: argument 'softmax_scale' must be a float, got {type(softmax_scale).__name__}")
+    _check_float_kind("softmax_scale", softmax_scale)
     if not (softmax_scale > 0.0 and math.isfinite(softmax_scale)):
         raise _fail("softmax_scale", softmax_scale, "a finite float > 0 (Inkling uses 1/head_dim)")
 
