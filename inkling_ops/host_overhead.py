@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ import torch
 import inkling_ops
 from inkling_ops import dispatch
 from inkling_ops.backends.base import Backend
+from inkling_ops.benchmark import git_state
 from inkling_ops.testing import make_case
 
 _PROBE_SCHEMA = (
@@ -125,10 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--record", default="meta/host_overhead.jsonl")
     args = parser.parse_args(argv)
     results = measure(args.device)
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        sha = "unknown"
+    sha = git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
     record = dict(
         results,
         device=args.device,

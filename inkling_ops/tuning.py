@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from .backends.triton_backend import run_triton
+from .benchmark import git_state
 from .kernels.triton_configs import FwdConfig, fwd_config
 from .heuristics import bucket_max_seqlen_q
 from .testing import make_case
@@ -52,10 +52,7 @@ SPLITS = [1, 2, 4, 8, 16, 32, 64, 128]
 def _environment() -> dict:
     import triton
 
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        sha = "unknown"
+    sha = git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
     return {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
