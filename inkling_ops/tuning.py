@@ -36,17 +36,19 @@ DECODE_CASES = {
     "decode_b64_8k_local": dict(q_lens=[1] * 64, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511),
     "decode_b1_128k": dict(q_lens=[1], kv_lens=[131072], num_heads=8, num_kv_heads=1, rel_extent=1024),
 }
-# (block_m, block_n, num_warps, num_stages)
+# (block_m, block_n, num_warps, num_stages). With the block ids fetched one tile ahead, num_stages
+# 2 keeps one K/V tile in flight (two buffers), 3 keeps two (three buffers), 4 keeps three.
 PREFILL_CONFIGS = [
+    FwdConfig(64, 64, 4, 2),
     FwdConfig(64, 64, 4, 3),
-    FwdConfig(128, 64, 8, 3),
     FwdConfig(128, 64, 8, 2),
+    FwdConfig(128, 64, 8, 3),
+    FwdConfig(64, 32, 4, 4),
+    FwdConfig(128, 32, 8, 4),
     FwdConfig(128, 128, 8, 2),
-    FwdConfig(128, 128, 8, 3),
-    FwdConfig(64, 128, 4, 2),
 ]
-DECODE_CONFIGS = [FwdConfig(16, 64, 4, 3), FwdConfig(16, 128, 4, 3), FwdConfig(16, 64, 4, 4), FwdConfig(16, 32, 4, 4)]
-SPLITS = [1, 2, 4, 8, 16, 32, 64, 128]
+DECODE_CONFIGS = [FwdConfig(16, 64, 4, 2), FwdConfig(16, 64, 4, 4), FwdConfig(16, 32, 4, 4), FwdConfig(16, 128, 4, 3)]
+SPLITS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 
 def _environment() -> dict:

@@ -53,6 +53,28 @@ def test_triton_matches_reference(kwargs, num_splits):
     assert torch.all(out[n:] == 7.0), "rows past cu_seqlens_q[-1] were written"
 
 
+@pytest.mark.parametrize("case_id", ["decode_batch_E_lt_kv_g8", "spec_verify_q9"])
+def test_many_splits_cross_combine_chunks(case_id):
+    """More splits than the combine reads per chunk (64 at head_dim >= 64), most of them empty."""
+    kwargs = dict(CASES)[case_id]
+    case = make_case(**kwargs, head_dim=64)
+    n = sum(case.q_lens)
+    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
+    out = torch.full_like(case.q, 7.0)
+    inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=130, out=out)
+    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
+    assert torch.all(out[n:] == 7.0)
+
+
+def test_combine_blocks():
+    from inkling_ops.kernels.triton_combine import combine_blocks
+
+    assert combine_blocks(1, 128) == (1, 1, 64)
+    assert combine_blocks(130, 128) == (256, 64, 64)
+    assert combine_blocks(7, 32) == (8, 8, 32)
+    assert combine_blocks(128, 256) == (128, 64, 64)
+
+
 def test_triton_bias_changes_output():
     """The kernel reads rel_logits: zero bias gives a clearly different result."""
     case = make_case(q_lens=[8], kv_lens=[40], rel_extent=16)

@@ -20,34 +20,46 @@ def rel_attn_combine_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, cu_ptr, num_reqs,
     stride_ps, stride_pt, stride_ph,
     stride_ot, stride_oh,
-    NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """Grid: (T, cdiv(NUM_HEADS, BLOCK_H)). Shapes: part_out (S, T, Hq, D), part_lse (S, T, Hq) fp32."""
+    """Grid: (T, Hq, HEAD_DIM // BLOCK_D). Shapes: part_out (S, T, Hq, D), part_lse (S, T, Hq) fp32.
+
+    Every split's log-sum-exp of the row is loaded at once; the partial outputs are then read
+    ``BLOCK_S`` splits at a time, so a program issues a few wide loads instead of a chain of
+    ``NUM_SPLITS`` dependent ones.
+    """
     t = tl.program_id(0)
     if t >= tl.load(cu_ptr + num_reqs):
         return
-    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, HEAD_DIM)
-    h_ok = offs_h < NUM_HEADS
-    row = t.to(tl.int64) * stride_pt + offs_h * stride_ph
+    h = tl.program_id(1)
+    offs_d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
+    row = t.to(tl.int64) * stride_pt + h * stride_ph
 
-    lse_max = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    for s in tl.range(0, NUM_SPLITS):
-        lse_max = tl.maximum(lse_max, tl.load(part_lse_ptr + s * stride_ps + row, mask=h_ok, other=float("-inf")))
+    offs_all = tl.arange(0, SPLITS_PAD)
+    lse_all = tl.load(part_lse_ptr + offs_all * stride_ps + row, mask=offs_all < NUM_SPLITS, other=float("-inf"))
+    lse_max = tl.max(lse_all, 0)
     base = tl.where(lse_max == float("-inf"), 0.0, lse_max)
-    total = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, HEAD_DIM], dtype=tl.float32)
-    for s in tl.range(0, NUM_SPLITS):
-        w = tl.exp2(tl.load(part_lse_ptr + s * stride_ps + row, mask=h_ok, other=float("-inf")) - base)
-        o = tl.load(part_out_ptr + (s * stride_ps + row)[:, None] * HEAD_DIM + offs_d[None, :], mask=h_ok[:, None], other=0.0)
-        total += w
-        acc += w[:, None] * o
-    res = acc / tl.where(total > 0.0, total, 1.0)[:, None]
-    tl.store(
-        out_ptr + t.to(tl.int64) * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :],
-        res.to(out_ptr.dtype.element_ty),
-        mask=h_ok[:, None],
-    )
+    total = tl.sum(tl.exp2(lse_all - base), 0)
+
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    offs_s = tl.arange(0, BLOCK_S)
+    for s0 in tl.range(0, NUM_SPLITS, BLOCK_S):
+        s_ok = (s0 + offs_s) < NUM_SPLITS
+        p_row = (s0 + offs_s) * stride_ps + row
+        w = tl.exp2(tl.load(part_lse_ptr + p_row, mask=s_ok, other=float("-inf")) - base)
+        o = tl.load(part_out_ptr + p_row[:, None] * HEAD_DIM + offs_d[None, :], mask=s_ok[:, None], other=0.0)
+        acc += tl.sum(w[:, None] * o, 0)
+    res = acc / tl.where(total > 0.0, total, 1.0)
+    tl.store(out_ptr + t.to(tl.int64) * stride_ot + h * stride_oh + offs_d, res.to(out_ptr.dtype.element_ty))
+
+
+def combine_blocks(num_splits: int, head_dim: int) -> tuple[int, int, int]:
+    """(SPLITS_PAD, BLOCK_S, BLOCK_D) of the combine kernel: at most 4096 partial values per load."""
+    splits_pad = triton.next_power_of_2(num_splits)
+    block_d = min(head_dim, 64)
+    block_s = max(1, min(splits_pad, 4096 // block_d))
+    return splits_pad, block_s, block_d
 
 
 def launch_rel_attn_combine(
@@ -59,15 +71,15 @@ def launch_rel_attn_combine(
     with ``n = cu_seqlens_q[-1]``.
     """
     num_splits, num_tokens, num_heads, head_dim = part_out.shape
-    block_h = min(triton.next_power_of_2(num_heads), 16)
-    grid = (num_tokens, triton.cdiv(num_heads, block_h))
+    splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
+    grid = (num_tokens, num_heads, head_dim // block_d)
     args = (
         part_out, part_lse, out, cu_seqlens_q, cu_seqlens_q.shape[0] - 1,
         part_lse.stride(0), part_lse.stride(1), part_lse.stride(2),
         out.stride(0), out.stride(1),
-        num_heads, head_dim, num_splits, block_h,  # constexprs
+        head_dim, num_splits, splits_pad, block_s, block_d,  # constexprs
     )  # fmt: skip
-    _launch(grid, args, num_warps=4, num_stages=3)
+    _launch(grid, args, num_warps=4, num_stages=2)
 
 
 _launch = CachedLauncher(rel_attn_combine_kernel)

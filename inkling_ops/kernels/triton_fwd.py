@@ -32,9 +32,22 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _tile_blocks(bt_row, j0, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Clamped KV block ids of keys [j0, j0 + BLOCK_N): a scalar when the tile lies in one page
+    (PAGE >= BLOCK_N), else one per key. Safe for any j0 (the entry index is clamped too), so the
+    caller can fetch the next tile's ids one iteration ahead."""
+    if PAGE >= BLOCK_N:
+        blk = tl.load(bt_row + tl.minimum(j0 // PAGE, max_blocks_per_seq - 1))
+    else:
+        keys = j0 + offs_n
+        blk = tl.load(bt_row + tl.minimum(keys // PAGE, max_blocks_per_seq - 1), mask=keys < kv_len, other=0)
+    return tl.minimum(tl.maximum(blk, 0), num_blocks - 1)
+
+
+@triton.jit
 def _attend_tile(
-    acc, m_i, l_i, q,
-    k_ptr, v_ptr, bt_row, j0, kv_len, num_blocks,
+    acc, m_i, l_i, q, blk,
+    k_ptr, v_ptr, j0, kv_len,
     stride_kb, stride_kp, stride_vb, stride_vp,
     rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
     offs_n, offs_d,
@@ -43,44 +56,38 @@ def _attend_tile(
 ):  # fmt: skip
     """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
 
+    ``blk``: the tile's block ids from :func:`_tile_blocks`, fetched one iteration earlier so the
+    K/V addresses do not hang on a load of the same iteration (Triton then pipelines K/V deeper).
     FULL=False: every key is visible to every row and no bias applies (no masks, no bias load).
     FULL=True: apply the causal / window / length masks and the bias where 0 <= d < REL_EXTENT.
     ``k_ptr``/``v_ptr`` already point at this program's KV head.
     """
     keys = j0 + offs_n
+    blk = blk.to(tl.int64)
     if PAGE >= BLOCK_N:
-        # The tile lies inside one page: one block-table entry, contiguous slots.
-        blk = tl.load(bt_row + j0 // PAGE)
-        blk = tl.minimum(tl.maximum(blk, 0), num_blocks - 1).to(tl.int64)
-        slots = (j0 % PAGE) + offs_n
-        k_off = blk * stride_kb + slots.to(tl.int64) * stride_kp
-        v_off = blk * stride_vb + slots.to(tl.int64) * stride_vp
+        slots = ((j0 % PAGE) + offs_n).to(tl.int64)
     else:
-        blk = tl.load(bt_row + keys // PAGE, mask=keys < kv_len, other=0)
-        blk = tl.minimum(tl.maximum(blk, 0), num_blocks - 1).to(tl.int64)
         slots = (keys % PAGE).to(tl.int64)
-        k_off = blk * stride_kb + slots * stride_kp
-        v_off = blk * stride_vb + slots * stride_vp
+    k_off = blk * stride_kb + slots * stride_kp
+    v_off = blk * stride_vb + slots * stride_vp
     if FULL:
-        key_ok = keys < kv_len
-        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-    else:
-        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
-        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
-
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-    if FULL:
+        # The bias gather goes first so its latency overlaps the K/V wait and the QK^T product.
         d = q_abs[:, None] - keys[None, :]
         in_band = (d >= 0) & (d < REL_EXTENT) & row_valid[:, None]
         bias = tl.load(rel_row_ptr[:, None] + d * stride_re, mask=in_band, other=0.0)
+        key_ok = keys < kv_len
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
         visible = (d >= 0) & key_ok[None, :]
         if WINDOW_LEFT >= 0:
             visible = visible & (d <= WINDOW_LEFT)
         s = tl.where(visible, s, float("-inf"))
     else:
-        s = s * qk_scale
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
 
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
@@ -105,7 +112,7 @@ def rel_attn_fwd_kernel(
     G: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
     PAGE: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -178,24 +185,43 @@ def rel_attn_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
 
-    for t in tl.range(t_begin, tl.minimum(t_end, n_edge)):
+    # Three loops over consecutive tile ranges; each fetches the next tile's block ids one
+    # iteration ahead. The loops take the launch's num_stages: an explicit per-loop num_stages
+    # made Triton 3.6 pipeline the block-id load too and leave K/V unpipelined (TTGIR, 2026-11-30).
+    t0 = t_begin
+    t1 = tl.maximum(t0, tl.minimum(t_end, n_edge))
+    blk = _tile_blocks(bt_row, lo_tile + t0 * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
+    for t in tl.range(t0, t1):
+        blk_next = _tile_blocks(
+            bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+        )
         acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + t * BLOCK_N, kv_len, num_blocks,
+            acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
             stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
             offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
         )  # fmt: skip
-    for t in tl.range(tl.maximum(t_begin, n_edge), tl.minimum(t_end, n_plain), num_stages=NUM_STAGES):
+        blk = blk_next
+    t2 = tl.maximum(t1, tl.minimum(t_end, n_plain))
+    for t in tl.range(t1, t2):
+        blk_next = _tile_blocks(
+            bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+        )
         acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + t * BLOCK_N, kv_len, num_blocks,
+            acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
             stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
             offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, False, DOT_PRECISION,
         )  # fmt: skip
-    for t in tl.range(tl.maximum(t_begin, n_plain), t_end, num_stages=NUM_STAGES):
+        blk = blk_next
+    for t in tl.range(t2, t_end):
+        blk_next = _tile_blocks(
+            bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+        )
         acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, bt_row, lo_tile + t * BLOCK_N, kv_len, num_blocks,
+            acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
             stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
             offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
         )  # fmt: skip
+        blk = blk_next
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
     if SPLIT_KV:
@@ -261,7 +287,7 @@ def launch_rel_attn_fwd(
         *p_strides,
         # constexprs, in signature order
         group, g_pad, head_dim, num_kv_heads, page, rel_logits.shape[2], window_left, num_splits, split,
-        block_m, config.block_n, config.num_stages, "ieee" if q.dtype == torch.float32 else "tf32",
+        block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages)
 
