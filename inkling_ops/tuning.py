@@ -2,8 +2,8 @@
 
     python -m inkling_ops.tuning [--out DIR] [--quick]
 
-For each anchor case it times candidate launch configurations (prefill) and split counts
-(decode) with ``triton.testing.do_bench`` (median, L2 flushed), checks every candidate's output
+For each anchor case it times candidate launch configurations (prefill, ``triton.testing.do_bench``)
+and split counts (decode, CUDA-graph replay) as medians with the L2 flushed, checks every candidate's output
 against the default configuration's, prints a table, and appends one JSON line per candidate
 to ``meta/tuning_records.jsonl`` (and to ``DIR`` when given), with the GPU, versions, git SHA
 and the command line. The chosen values are then written by hand into
@@ -41,11 +41,12 @@ DECODE_CASES = {
 PREFILL_CONFIGS = [
     FwdConfig(64, 64, 4, 2),
     FwdConfig(64, 64, 4, 3),
-    FwdConfig(128, 64, 8, 2),
     FwdConfig(128, 64, 8, 3),
-    FwdConfig(64, 32, 4, 4),
-    FwdConfig(128, 32, 8, 4),
-    FwdConfig(128, 128, 8, 2),
+    # Two launches: plain tiles with the inner configuration, then the rest with the outer one.
+    FwdConfig(64, 64, 4, 2, plain=FwdConfig(128, 128, 8, 3)),
+    FwdConfig(64, 64, 4, 2, plain=FwdConfig(128, 128, 8, 2)),
+    FwdConfig(64, 64, 4, 2, plain=FwdConfig(128, 64, 8, 3)),
+    FwdConfig(64, 32, 4, 4, plain=FwdConfig(128, 128, 8, 3)),
 ]
 DECODE_CONFIGS = [FwdConfig(16, 64, 4, 2), FwdConfig(16, 64, 4, 4), FwdConfig(16, 32, 4, 4), FwdConfig(16, 128, 4, 3)]
 SPLITS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -65,10 +66,13 @@ def _environment() -> dict:
     }
 
 
-def _time(fn, quick: bool) -> float:
-    import triton
+def _time(fn, quick: bool, graph: bool) -> float:
+    """Median ms: do_bench (L2 flushed), or with ``graph`` CUDA-graph replay (L2 flushed), which
+    keeps the host's launch cost out of short decode timings."""
+    from .benchmark import TimingConfig, time_cuda_graph, time_do_bench
 
-    return triton.testing.do_bench(fn, warmup=10 if quick else 25, rep=30 if quick else 100, return_mode="median")
+    cfg = TimingConfig(warmup_ms=10 if quick else 25, rep_ms=30 if quick else 100, graph_reps=50 if quick else 100)
+    return time_cuda_graph(fn, cfg, torch.device("cuda")) if graph else time_do_bench(fn, cfg)
 
 
 def _call(case, out, *, splits: int, config: FwdConfig):
@@ -84,7 +88,9 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
     out = torch.zeros_like(case.q)
     fn = _call(case, out, splits=splits, config=config)
     base = dict(env, case=name, kind=kind, page_size=page, splits=splits, block_m=config.block_m,
-                block_n=config.block_n, num_warps=config.num_warps, num_stages=config.num_stages)  # fmt: skip
+                block_n=config.block_n, num_warps=config.num_warps, num_stages=config.num_stages,
+                plain=None if config.plain is None else [config.plain.block_m, config.plain.block_n, config.plain.num_warps, config.plain.num_stages],
+                timing="cuda_graph" if kind == "decode" else "do_bench")  # fmt: skip
     t0 = time.perf_counter()
     try:
         compiled = fn()
@@ -94,7 +100,7 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
         return dict(base, error=str(exc)[:300])
     first_call_s = time.perf_counter() - t0
     err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
-    ms = _time(fn, quick)
+    ms = _time(fn, quick, graph=kind == "decode")
     regs, spills = getattr(compiled, "n_regs", None), getattr(compiled, "n_spills", None)
     print(f"{name:22s} p{page:<4d} s{splits:<4d} {config}: {ms * 1e3:9.1f} us  err {err:.1e}  "
           f"first {first_call_s:.1f}s  regs {regs} spills {spills}", flush=True)  # fmt: skip

@@ -75,6 +75,52 @@ def test_combine_blocks():
     assert combine_blocks(128, 256) == (128, 64, 64)
 
 
+TWO_PASS_CONFIGS = [
+    ((16, 16, 4, 2), (64, 32, 4, 2)),
+    ((64, 64, 4, 2), (128, 128, 8, 3)),
+    ((32, 32, 4, 2), (32, 64, 4, 2)),
+]
+TWO_PASS_CASES = [
+    ("global_ragged_g4", dict(q_lens=[300, 5, 129], kv_lens=[700, 400, 129], rel_extent=40, num_heads=8, num_kv_heads=2)),
+    ("global_g16_page64", dict(q_lens=[90], kv_lens=[500], rel_extent=16, num_heads=16, num_kv_heads=1, page_size=64)),
+    ("window_gt_E_packed", dict(q_lens=[200, 1], kv_lens=[600, 300], rel_extent=24, window_left=150, num_heads=4, num_kv_heads=2, packed_kv=True)),
+]
+
+
+@pytest.mark.parametrize("band,plain", TWO_PASS_CONFIGS, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("kwargs", [c[1] for c in TWO_PASS_CASES], ids=[c[0] for c in TWO_PASS_CASES])
+def test_two_pass_matches_reference(kwargs, band, plain):
+    """Plain tiles in one launch, band/edge/diagonal tiles in a second with other tile shapes."""
+    from inkling_ops.backends.triton_backend import run_triton
+    from inkling_ops.kernels.triton_configs import FwdConfig
+
+    case = make_case(**kwargs, extra_tokens=2)
+    n = sum(case.q_lens)
+    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
+    out = torch.full_like(case.q, 7.0)
+    run_triton(
+        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+        case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
+        max_seqlen_q=case.max_seqlen_q, num_splits=1, config=FwdConfig(*band, plain=FwdConfig(*plain)),
+    )  # fmt: skip
+    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
+    assert torch.all(out[n:] == 7.0), "rows past cu_seqlens_q[-1] were written"
+
+
+def test_two_pass_rejects_tiles_that_do_not_nest():
+    from inkling_ops.backends.triton_backend import run_triton
+    from inkling_ops.kernels.triton_configs import FwdConfig
+
+    case = make_case(q_lens=[40], kv_lens=[200], rel_extent=8)
+    with pytest.raises(ValueError, match="must divide"):
+        run_triton(
+            case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+            case.rel_logits, torch.zeros_like(case.q), softmax_scale=case.softmax_scale, window_left=-1,
+            max_seqlen_q=case.max_seqlen_q, num_splits=1,
+            config=FwdConfig(16, 64, 4, 2, plain=FwdConfig(64, 32, 4, 2)),
+        )  # fmt: skip
+
+
 def test_triton_bias_changes_output():
     """The kernel reads rel_logits: zero bias gives a clearly different result."""
     case = make_case(q_lens=[8], kv_lens=[40], rel_extent=16)

@@ -108,10 +108,20 @@ def run_triton(
         workspace = torch.empty(rows * (head_dim + 1), dtype=torch.float32, device=q.device)
         part_out = workspace[: rows * head_dim].view(shape + (head_dim,))
         part_lse = workspace[rows * head_dim :].view(shape)
+    common = dict(softmax_scale=softmax_scale, window_left=window_left, max_seqlen_q=max_seqlen_q)
+    plain = config.plain
+    if num_splits == 1 and plain is not None and (window_left < 0 or window_left >= rel_logits.shape[2]):
+        # Two passes: plain tiles with their own (larger) tiles, then the band/edge/diagonal tiles.
+        # Between them each row's partial output lives in ``out`` and its log-sum-exp here.
+        lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=q.device)
+        args = (q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out)
+        launch_rel_attn_fwd(*args, **common, num_splits=1, config=plain, part_lse=lse, fwd_pass=1)
+        return launch_rel_attn_fwd(
+            *args, **common, num_splits=1, config=config, part_lse=lse, fwd_pass=2, pass1_config=plain
+        )
     compiled = launch_rel_attn_fwd(
         q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out,
-        softmax_scale=softmax_scale, window_left=window_left, max_seqlen_q=max_seqlen_q,
-        num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse,
+        **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse,
     )  # fmt: skip
     if num_splits > 1:
         launch_rel_attn_combine(part_out, part_lse, out, cu_seqlens_q)

@@ -11,12 +11,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class FwdConfig:
-    """Launch configuration of the forward kernel."""
+    """Launch configuration of the forward kernel.
+
+    With ``plain`` set, a prefill call runs in two launches: the plain tiles (no bias, no mask)
+    with the ``plain`` configuration, then every other tile with this one. Its tiles must divide
+    the plain pass's (``block_n`` divides ``plain.block_n``, ``block_m`` divides ``plain.block_m``).
+    """
 
     block_m: int  # rows per program: query tokens x padded query heads of one KV head
     block_n: int  # keys per tile
     num_warps: int
     num_stages: int
+    plain: "FwdConfig | None" = None
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).

@@ -113,12 +113,19 @@ def rel_attn_fwd_kernel(
     PAGE: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
     Shapes: q, out (T, Hq, D); k, v (num_blocks, PAGE, Hkv, D) (any strides, last dim contiguous);
     rel (T, Hq, REL_EXTENT); bt (num_reqs, max_blocks_per_seq); part_out (NUM_SPLITS, T, Hq, D) and
     part_lse (NUM_SPLITS, T, Hq) fp32, used only with SPLIT_KV.
+
+    PASS 0 runs every tile. Prefill can instead run two launches with their own tile shapes:
+    PASS 1 runs only the plain tiles and leaves each row's normalized partial output in ``out``
+    and its base-2 log-sum-exp in ``part_lse`` (T, Hq); PASS 2 (whose BLOCK_N divides P1_BLOCK_N
+    and whose BLOCK_Q divides P1_BLOCK_Q, pass 1's tiling) starts from that state and runs every
+    other tile: the window edge, the bias band and the diagonal.
     """
     BLOCK_Q: tl.constexpr = BLOCK_M // G_PAD
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest rows first (causal load balance)
@@ -173,63 +180,113 @@ def rel_attn_fwd_kernel(
     # Tiles [n_edge, n_plain): every key at distance >= REL_EXTENT (>= 1) from every row: plain.
     n_plain = tl.minimum(tl.maximum((qa_lo - REL_EXTENT + 1 - lo_tile) // BLOCK_N, n_edge), n_tiles)
 
-    if SPLIT_KV:
-        per_split = tl.cdiv(n_tiles, NUM_SPLITS)
-        t_begin = pid_split * per_split
-        t_end = tl.minimum(t_begin + per_split, n_tiles)
-    else:
-        t_begin = 0
-        t_end = n_tiles
-
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    # Tile ranges [ta0, ta1) masked + biased, [tp0, tp1) plain, [tb0, tb1) masked + biased.
+    if PASS == 0:
+        if SPLIT_KV:
+            per_split = tl.cdiv(n_tiles, NUM_SPLITS)
+            ta0 = pid_split * per_split
+            tb1 = tl.minimum(ta0 + per_split, n_tiles)
+        else:
+            ta0 = 0
+            tb1 = n_tiles
+        ta1 = tl.maximum(ta0, tl.minimum(tb1, n_edge))
+        tp0 = ta1
+        tp1 = tl.maximum(tp0, tl.minimum(tb1, n_plain))
+        tb0 = tp1
+    elif PASS == 1:
+        tp0 = n_edge
+        tp1 = n_plain
+        if tp1 <= tp0:
+            return  # no plain tile: pass 2 does every tile of these rows
+    else:
+        # Pass 1's plain key range [p_lo, p_hi) for these rows (one pass-1 program holds them all).
+        p1_qa_lo = kv_len - q_len + (pid_m * BLOCK_Q // P1_BLOCK_Q) * P1_BLOCK_Q
+        p1_qa_hi = kv_len - q_len + tl.minimum(q_len, (pid_m * BLOCK_Q // P1_BLOCK_Q + 1) * P1_BLOCK_Q) - 1
+        if WINDOW_LEFT >= 0:
+            p1_lo_tile = (tl.maximum(p1_qa_lo - WINDOW_LEFT, 0) // P1_BLOCK_N) * P1_BLOCK_N
+        else:
+            p1_lo_tile = 0
+        p1_n_tiles = tl.maximum(tl.cdiv(tl.minimum(kv_len, p1_qa_hi + 1) - p1_lo_tile, P1_BLOCK_N), 0)
+        if WINDOW_LEFT >= 0:
+            p1_n_edge = tl.minimum(tl.maximum(tl.cdiv(p1_qa_hi - WINDOW_LEFT - p1_lo_tile, P1_BLOCK_N), 0), p1_n_tiles)
+        else:
+            p1_n_edge = 0
+        p1_n_plain = tl.minimum(
+            tl.maximum((p1_qa_lo - REL_EXTENT + 1 - p1_lo_tile) // P1_BLOCK_N, p1_n_edge), p1_n_tiles
+        )
+        has_plain = p1_n_plain > p1_n_edge
+        p_lo = p1_lo_tile + p1_n_edge * P1_BLOCK_N
+        p_hi = p1_lo_tile + p1_n_plain * P1_BLOCK_N
+        ta0 = 0
+        ta1 = tl.where(has_plain, tl.minimum(tl.maximum((p_lo - lo_tile) // BLOCK_N, 0), n_tiles), n_tiles)
+        tb0 = tl.where(has_plain, tl.minimum(tl.maximum((p_hi - lo_tile) // BLOCK_N, ta1), n_tiles), n_tiles)
+        tb1 = n_tiles
+        # Resume from pass 1's state: (m, l, acc) = (lse, 1, o) is the same softmax state.
+        w_off = t_row * stride_pt + head.to(tl.int64) * stride_ph
+        prev_ok = row_valid & ((tok * 0 + p1_n_plain) > p1_n_edge)  # per-row form of has_plain
+        lse = tl.load(part_lse_ptr + w_off, mask=prev_ok, other=float("-inf"))
+        o_prev = tl.load(
+            out_ptr + t_row[:, None] * stride_ot + head[:, None].to(tl.int64) * stride_oh + offs_d[None, :],
+            mask=(prev_ok & (lse > float("-inf")))[:, None],
+            other=0.0,
+        )
+        m_i = lse
+        l_i = tl.where(lse > float("-inf"), 1.0, 0.0)
+        acc = o_prev.to(tl.float32)
 
-    # Three loops over consecutive tile ranges; each fetches the next tile's block ids one
-    # iteration ahead. The loops take the launch's num_stages: an explicit per-loop num_stages
-    # made Triton 3.6 pipeline the block-id load too and leave K/V unpipelined (TTGIR, 2026-11-30).
-    t0 = t_begin
-    t1 = tl.maximum(t0, tl.minimum(t_end, n_edge))
-    blk = _tile_blocks(bt_row, lo_tile + t0 * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
-    for t in tl.range(t0, t1):
-        blk_next = _tile_blocks(
-            bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-        )
-        acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
-            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
-        )  # fmt: skip
-        blk = blk_next
-    t2 = tl.maximum(t1, tl.minimum(t_end, n_plain))
-    for t in tl.range(t1, t2):
-        blk_next = _tile_blocks(
-            bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-        )
-        acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
-            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, False, DOT_PRECISION,
-        )  # fmt: skip
-        blk = blk_next
-    for t in tl.range(t2, t_end):
-        blk_next = _tile_blocks(
-            bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-        )
-        acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
-            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
-        )  # fmt: skip
-        blk = blk_next
+    # Each loop fetches the next tile's block ids one iteration ahead. The loops take the
+    # launch's num_stages: an explicit per-loop num_stages made Triton 3.6 pipeline the block-id
+    # load too and leave K/V unpipelined (TTGIR, 2026-11-30).
+    if PASS != 1:
+        blk = _tile_blocks(bt_row, lo_tile + ta0 * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
+        for t in tl.range(ta0, ta1):
+            blk_next = _tile_blocks(
+                bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+            )
+            acc, m_i, l_i = _attend_tile(
+                acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
+                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
+            )  # fmt: skip
+            blk = blk_next
+    if PASS != 2:
+        blk = _tile_blocks(bt_row, lo_tile + tp0 * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
+        for t in tl.range(tp0, tp1):
+            blk_next = _tile_blocks(
+                bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+            )
+            acc, m_i, l_i = _attend_tile(
+                acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
+                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, False, DOT_PRECISION,
+            )  # fmt: skip
+            blk = blk_next
+    if PASS != 1:
+        blk = _tile_blocks(bt_row, lo_tile + tb0 * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
+        for t in tl.range(tb0, tb1):
+            blk_next = _tile_blocks(
+                bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+            )
+            acc, m_i, l_i = _attend_tile(
+                acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
+                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
+            )  # fmt: skip
+            blk = blk_next
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
-    if SPLIT_KV:
+    if SPLIT_KV or PASS == 1:
         lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
+    if SPLIT_KV:
         p_off = pid_split * stride_ps + t_row * stride_pt + head.to(tl.int64) * stride_ph
         tl.store(part_lse_ptr + p_off, lse, mask=row_valid)
         tl.store(part_out_ptr + p_off[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_valid[:, None])
     else:
+        if PASS == 1:
+            tl.store(part_lse_ptr + t_row * stride_pt + head.to(tl.int64) * stride_ph, lse, mask=row_valid)
         tl.store(
             out_ptr + t_row[:, None] * stride_ot + head[:, None].to(tl.int64) * stride_oh + offs_d[None, :],
             o.to(out_ptr.dtype.element_ty),
@@ -254,12 +311,20 @@ def launch_rel_attn_fwd(
     config: FwdConfig,
     part_out: torch.Tensor | None = None,
     part_lse: torch.Tensor | None = None,
+    fwd_pass: int = 0,
+    pass1_config: FwdConfig | None = None,
 ):
-    """Launch the forward kernel. With ``num_splits > 1``, writes ``part_out`` (S, T, Hq, D) and
-    ``part_lse`` (S, T, Hq) (fp32, caller-allocated) instead of ``out``. Returns Triton's handle
-    of the compiled kernel (None under the interpreter).
+    """Launch the forward kernel. Returns Triton's handle of the compiled kernel (None under the
+    interpreter).
 
-    Equivalent PyTorch: ``inkling_ops.reference.rel_attn_reference`` (for num_splits == 1).
+    - ``fwd_pass=0``: every tile. With ``num_splits > 1`` it writes ``part_out`` (S, T, Hq, D) and
+      ``part_lse`` (S, T, Hq) (fp32, caller-allocated) instead of ``out``.
+    - ``fwd_pass=1``: plain tiles only; partial outputs into ``out``, log-sum-exps into
+      ``part_lse`` (T, Hq) fp32.
+    - ``fwd_pass=2``: the remaining tiles, resuming from pass 1, which ran with ``pass1_config``.
+
+    Equivalent PyTorch: ``inkling_ops.reference.rel_attn_reference`` (for num_splits == 1, and
+    for pass 1 followed by pass 2).
     """
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_blocks, page, num_kv_heads, _ = key_cache.shape
@@ -268,9 +333,23 @@ def launch_rel_attn_fwd(
     block_m = max(config.block_m, g_pad)
     num_reqs = cache_seqlens.shape[0]
     split = num_splits > 1
+    p1_block_q, p1_block_n = 1, 1
     if split:
+        if fwd_pass != 0:
+            raise ValueError(f"fwd_pass={fwd_pass} with num_splits={num_splits}: split-KV runs in one pass")
         p_out, p_lse = part_out, part_lse
         p_strides = (p_lse.stride(0), p_lse.stride(1), p_lse.stride(2))
+    elif fwd_pass in (1, 2):
+        p_out, p_lse = out, part_lse  # p_out unused
+        p_strides = (0, p_lse.stride(0), p_lse.stride(1))
+        if fwd_pass == 2:
+            p1_block_q = max(pass1_config.block_m, g_pad) // g_pad
+            p1_block_n = pass1_config.block_n
+            if p1_block_q % (block_m // g_pad) or p1_block_n % config.block_n:
+                raise ValueError(
+                    f"pass 2 tiles ({block_m // g_pad} tokens, {config.block_n} keys) must divide pass 1's "
+                    f"({p1_block_q} tokens, {p1_block_n} keys)"
+                )
     else:
         p_out = p_lse = out  # unused
         p_strides = (0, 0, 0)
@@ -288,6 +367,7 @@ def launch_rel_attn_fwd(
         # constexprs, in signature order
         group, g_pad, head_dim, num_kv_heads, page, rel_logits.shape[2], window_left, num_splits, split,
         block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
+        fwd_pass, p1_block_q, p1_block_n,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages)
 
