@@ -16,9 +16,10 @@ from ..heuristics import SplitPolicy, bucket_max_seqlen_q
 from ..problem import RelAttnProblem
 from .base import Backend
 
-#: Split-KV policy of the Triton decode path, from the H200 sweep in meta/tuning_records.jsonl:
-#: 64 x 8K global was fastest at 4 splits, 1 x 128K at 128, sliding (512 keys) unsplit.
-TRITON_SPLIT_POLICY = SplitPolicy(max_split_q=16, programs_per_sm=2, min_keys_per_split=1024, max_splits=128)
+#: Split-KV policy of the Triton decode path, from the H200 sweep in meta/tuning_records.jsonl
+#: (CUDA-graph timing, commit eb462e3): 64 x 8K global was within 10% of its best from 4 to 32
+#: splits, 1 x 128K fastest at 256 (the most tried), 64 x 8K sliding (512 keys) at 2.
+TRITON_SPLIT_POLICY = SplitPolicy(max_split_q=16, programs_per_sm=2, min_keys_per_split=256, max_splits=256)
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
 
 

@@ -33,18 +33,19 @@ def fwd_config(*, head_dim: int, q_per_kv: int, max_seqlen_q_bucket: int) -> Fwd
     """The forward kernel's configuration for one compile key.
 
     Decode / speculative verify (bucket <= 16): a program holds every query row of its KV head
-    (up to 64 rows) and streams 64-key tiles. Prefill: 64-row programs (4 warps, 3 stages) over
-    64-key tiles (32 at head_dim 256); on the H200 this beat 128-row / 8-warp programs on the
-    anchor cases (meta/tuning_records.jsonl, 2026-11-30).
+    (up to 64 rows) and streams 64-key tiles, one tile in flight (2 stages beat 3 and 4 on every
+    decode anchor case). Prefill at head_dim <= 128 runs two launches: the plain tiles with
+    128-row / 128-key / 8-warp programs and three stages, then the window-edge, bias-band and
+    diagonal tiles with 64-row / 64-key / 4-warp programs and two stages (two such programs fit
+    on an SM). Sliding layers whose window is inside the bias extent have no plain tile and run
+    only the second kind. From the H200 sweeps in meta/tuning_records.jsonl (2026-11-30).
     """
     g_pad = 1 << max(0, q_per_kv - 1).bit_length()
     if max_seqlen_q_bucket <= DECODE_MAX_Q:
         rows = max_seqlen_q_bucket * g_pad
         block_m = min(64, max(16, 1 << max(0, rows - 1).bit_length()))
-        return FwdConfig(block_m=max(block_m, g_pad), block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=3)
-    return FwdConfig(
-        block_m=max(64, g_pad),
-        block_n=64 if head_dim <= 128 else 32,
-        num_warps=4,
-        num_stages=3 if head_dim <= 128 else 2,
-    )
+        return FwdConfig(block_m=max(block_m, g_pad), block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=2)
+    if head_dim <= 128:
+        plain = FwdConfig(block_m=max(128, g_pad), block_n=128, num_warps=8, num_stages=3)
+        return FwdConfig(block_m=max(64, g_pad), block_n=64, num_warps=4, num_stages=2, plain=plain)
+    return FwdConfig(block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=2)
