@@ -53,15 +53,16 @@ def test_triton_matches_reference(kwargs, num_splits):
     assert torch.all(out[n:] == 7.0), "rows past cu_seqlens_q[-1] were written"
 
 
+@pytest.mark.parametrize("num_splits", [130, 300])
 @pytest.mark.parametrize("case_id", ["decode_batch_E_lt_kv_g8", "spec_verify_q9"])
-def test_many_splits_cross_combine_chunks(case_id):
-    """More splits than the combine reads per chunk (64 at head_dim >= 64), most of them empty."""
+def test_many_splits_cross_combine_chunks(case_id, num_splits):
+    """Many splits, most of them empty; at 300 the combine reads the splits in two chunks."""
     kwargs = dict(CASES)[case_id]
     case = make_case(**kwargs, head_dim=64)
     n = sum(case.q_lens)
     ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
     out = torch.full_like(case.q, 7.0)
-    inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=130, out=out)
+    inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=num_splits, out=out)
     torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
     assert torch.all(out[n:] == 7.0)
 
@@ -69,10 +70,16 @@ def test_many_splits_cross_combine_chunks(case_id):
 def test_combine_blocks():
     from inkling_ops.kernels.triton_combine import combine_blocks
 
-    assert combine_blocks(1, 128) == (1, 1, 64)
-    assert combine_blocks(130, 128) == (256, 64, 64)
+    assert combine_blocks(1, 128) == (1, 1, 128)
+    assert combine_blocks(4, 128) == (4, 4, 128)
+    assert combine_blocks(130, 128) == (256, 256, 16)
+    assert combine_blocks(256, 128) == (256, 256, 16)
     assert combine_blocks(7, 32) == (8, 8, 32)
-    assert combine_blocks(128, 256) == (128, 64, 64)
+    assert combine_blocks(512, 64) == (512, 256, 16)  # more splits than one load holds: two chunks
+    for splits in (1, 2, 3, 64, 130, 256, 1000):
+        for head_dim in (32, 64, 128, 256):
+            pad, block_s, block_d = combine_blocks(splits, head_dim)
+            assert head_dim % block_d == 0 and block_s * block_d <= 4096 and block_s <= pad
 
 
 TWO_PASS_CONFIGS = [

@@ -55,9 +55,16 @@ def rel_attn_combine_kernel(
 
 
 def combine_blocks(num_splits: int, head_dim: int) -> tuple[int, int, int]:
-    """(SPLITS_PAD, BLOCK_S, BLOCK_D) of the combine kernel: at most 4096 partial values per load."""
+    """(SPLITS_PAD, BLOCK_S, BLOCK_D) of the combine kernel.
+
+    A program reads at most 4096 partial values per load. Many splits mean few rows (long
+    single-request decode), so the head dimension is cut finer (down to 16) to keep more
+    programs, each with one wide load, instead of a few programs looping over split chunks:
+    on the H200 the 128-split combine of one 128K decode took 10 us as 16 looping programs
+    (ncu, meta/logs/ncu_decode_30ac1b6.txt).
+    """
     splits_pad = triton.next_power_of_2(num_splits)
-    block_d = min(head_dim, 64)
+    block_d = min(head_dim, max(16, 4096 // splits_pad))
     block_s = max(1, min(splits_pad, 4096 // block_d))
     return splits_pad, block_s, block_d
 
