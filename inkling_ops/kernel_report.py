@@ -1,0 +1,178 @@
+"""Compile the Triton forward kernel for sm_90 without a GPU and report what the compiler made.
+
+    python -m inkling_ops.kernel_report            # every default configuration of the anchors
+
+For each variant it prints registers per thread, stack bytes (spills), shared memory, and the
+depth of the K/V software pipeline, read from Triton's TTGIR: the number of shared-memory buffers
+of the multi-buffered K/V tiles (``ttg.local_alloc`` of ``N x tile``; one is being read while
+the other ``N - 1`` are loading) and the largest ``ttg.async_wait {num = M}`` allowance (loads
+still outstanding when a tile is first used; K and V are one commit group each).
+
+Works on a CPU-only machine: ``triton.compile`` targets ``GPUTarget("cuda", 90, 32)`` and
+``cuobjdump`` (shipped in Triton's wheel) reads the cubin. Integer arguments are marked divisible
+by 16, as Triton specializes them at run time for the anchor shapes; without that the compiler
+cannot vectorize K/V loads and the report would describe a kernel that never runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+from .kernels.triton_configs import FwdConfig, fwd_config
+
+#: Arguments Triton does not specialize (``do_not_specialize``) or that are floats.
+_UNSPECIALIZED = {"num_tokens", "num_blocks", "qk_scale"}
+#: Arguments whose value is 1 at run time (unit strides), specialized as constants by Triton.
+_UNIT = {"stride_re"}
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """What ptxas and Triton's pipeliner made of one variant."""
+
+    registers: int
+    stack_bytes: int
+    shared_bytes: int
+    kv_buffers: int  # 1: no multi-buffering (loads are not pipelined)
+    max_wait_allowance: int
+
+    def line(self) -> str:
+        return (
+            f"{self.registers:3d} regs, {self.stack_bytes:4d} B stack, {self.shared_bytes // 1024:3d} KiB smem, "
+            f"{self.kv_buffers} K/V buffers, async_wait allowance {self.max_wait_allowance}"
+        )
+
+
+def compile_fwd_sm90(
+    config: FwdConfig,
+    *,
+    group: int,
+    page: int,
+    rel_extent: int,
+    window_left: int = -1,
+    head_dim: int = 128,
+    num_splits: int = 1,
+    fwd_pass: int = 0,
+    pass1_config: FwdConfig | None = None,
+):
+    """Triton's compiled kernel (not loaded on any device) for one variant of the forward kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .kernels.triton_fwd import rel_attn_fwd_kernel
+
+    g_pad = triton.next_power_of_2(group)
+    block_m = max(config.block_m, g_pad)
+    p1_block_q = max(pass1_config.block_m, g_pad) // g_pad if fwd_pass == 2 else 1
+    constexprs = dict(
+        G=group, G_PAD=g_pad, HEAD_DIM=head_dim, NUM_KV_HEADS=1, PAGE=page, REL_EXTENT=rel_extent,
+        WINDOW_LEFT=window_left, NUM_SPLITS=num_splits, SPLIT_KV=num_splits > 1, BLOCK_M=block_m,
+        BLOCK_N=config.block_n, DOT_PRECISION="tf32", PASS=fwd_pass, P1_BLOCK_Q=p1_block_q,
+        P1_BLOCK_N=pass1_config.block_n if fwd_pass == 2 else 1,
+    )  # fmt: skip
+    params = list(inspect.signature(rel_attn_fwd_kernel.fn).parameters)
+    missing = [p for p in params if p.isupper() and p not in constexprs]
+    if missing:
+        raise ValueError(f"kernel_report does not know the constexprs {missing}; update compile_fwd_sm90")
+    signature, attrs = {}, {}
+    for i, name in enumerate(params):
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = "*fp32" if name.startswith("part_") else "*i32" if name in ("bt_ptr", "seqlens_ptr", "cu_ptr") else "*bf16"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif name == "qk_scale":
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+            if name in _UNIT:
+                signature[name] = "constexpr"
+                constexprs[name] = 1
+            elif name not in _UNSPECIALIZED:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    source = ASTSource(fn=rel_attn_fwd_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def report(compiled) -> KernelReport:
+    """Registers, stack and shared memory (cuobjdump) and the pipeline depth (TTGIR)."""
+    import triton
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        usage = subprocess.run(
+            [triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", f.name],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    regs = re.search(r"REG:(\d+)", usage)
+    stack = re.search(r"STACK:(\d+)", usage)
+    ttgir = compiled.asm["ttgir"]
+    waits = [int(n) for n in re.findall(r"ttg\.async_wait[^\n]*\{num = (\d+)", ttgir)]
+    buffers = [int(n) for n in re.findall(r"ttg\.local_alloc : \(\) -> !ttg\.memdesc<(\d+)x\d+x\d+x", ttgir)]
+    return KernelReport(
+        registers=int(regs.group(1)) if regs else -1,
+        stack_bytes=int(stack.group(1)) if stack else -1,
+        shared_bytes=int(compiled.metadata.shared),
+        kv_buffers=max(buffers, default=1),
+        max_wait_allowance=max(waits, default=0),
+    )
+
+
+#: (name, group, page, rel_extent, window_left, max_seqlen_q bucket) of the anchor cases.
+ANCHOR_VARIANTS = [
+    ("prefill global 8/1", 8, 128, 1024, -1, 8192),
+    ("prefill global 8/1", 8, 16, 1024, -1, 8192),
+    ("prefill sliding 8/2", 4, 128, 512, 511, 8192),
+    ("decode global 8/1", 8, 128, 1024, -1, 1),
+    ("decode global 8/1", 8, 16, 1024, -1, 1),
+    ("decode sliding 8/2", 4, 128, 512, 511, 1),
+]
+
+
+def default_variants() -> list[tuple[str, dict]]:
+    """Every kernel variant the default configurations launch on the anchor cases."""
+    variants = []
+    for name, group, page, extent, window, bucket in ANCHOR_VARIANTS:
+        config = fwd_config(head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket)
+        common = dict(group=group, page=page, rel_extent=extent, window_left=window)
+        label = f"{name} page {page}"
+        if bucket <= 16:
+            variants.append((f"{label} split-KV", dict(common, config=config, num_splits=4)))
+        elif config.plain is not None and (window < 0 or window >= extent):
+            variants.append((f"{label} pass 1 (plain)", dict(common, config=config.plain, fwd_pass=1)))
+            variants.append((f"{label} pass 2 (band)", dict(common, config=config, fwd_pass=2, pass1_config=config.plain)))
+        else:
+            variants.append((f"{label} one pass", dict(common, config=config)))
+    return variants
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="one JSON object per variant instead of a table")
+    args = parser.parse_args(argv)
+    import json
+
+    import triton
+
+    if not args.json:
+        print(f"triton {triton.__version__}, target sm_90")
+    for label, kwargs in default_variants():
+        config = kwargs["config"]
+        result = report(compile_fwd_sm90(**kwargs))
+        if args.json:
+            print(json.dumps(dict(variant=label, config=[config.block_m, config.block_n, config.num_warps, config.num_stages], **result.__dict__)), flush=True)
+            continue
+        shape = f"{config.block_m}x{config.block_n}, {config.num_warps} warps, {config.num_stages} stages"
+        print(f"{label:42s} {shape:30s} {result.line()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Run one tuning case a few times with the Triton backend, for a profiler to attach to.
+
+    ncu --clock-control none -k regex:rel_attn --launch-skip 2 --launch-count 1 \\
+        --section SpeedOfLight python -m inkling_ops.profile_case prefill8k_global --page 128
+
+Builds the case of :mod:`inkling_ops.tuning` (bf16, head_dim 128) on the GPU and calls the
+kernels ``--calls`` times with the default configuration (or ``--config bm,bn,warps,stages``)
+and ``--splits`` (default 1). Prints nothing but a line at the end; timing is the profiler's job.
+The logs under ``meta/logs/ncu_*`` were made this way.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from .backends.triton_backend import run_triton
+from .heuristics import bucket_max_seqlen_q
+from .kernels.triton_configs import FwdConfig, fwd_config
+from .testing import make_case
+from .tuning import DECODE_CASES, PREFILL_CASES
+
+
+def main(argv: list[str] | None = None) -> None:
+    cases = {**PREFILL_CASES, **DECODE_CASES}
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("case", choices=sorted(cases))
+    parser.add_argument("--page", type=int, default=128)
+    parser.add_argument("--splits", type=int, default=1)
+    parser.add_argument("--config", default=None, help="block_m,block_n,num_warps,num_stages (default: the tuned one)")
+    parser.add_argument("--calls", type=int, default=3)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("inkling_ops.profile_case needs a CUDA device")
+    kwargs = cases[args.case]
+    case = make_case(**kwargs, head_dim=128, page_size=args.page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
+    if args.config:
+        config = FwdConfig(*(int(v) for v in args.config.split(",")))
+    else:
+        group = kwargs["num_heads"] // kwargs["num_kv_heads"]
+        config = fwd_config(head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket_max_seqlen_q(case.max_seqlen_q))
+    out = torch.zeros_like(case.q)
+    for _ in range(args.calls):
+        run_triton(
+            case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+            case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
+            max_seqlen_q=case.max_seqlen_q, num_splits=args.splits, config=config,
+        )  # fmt: skip
+    torch.cuda.synchronize()
+    print(f"ran {args.case} page {args.page} splits {args.splits} {config} x{args.calls}")
+
+
+if __name__ == "__main__":
+    main()
