@@ -74,7 +74,7 @@ def compile_fwd_sm90(
         G=group, G_PAD=g_pad, HEAD_DIM=head_dim, NUM_KV_HEADS=1, PAGE=page, REL_EXTENT=rel_extent,
         WINDOW_LEFT=window_left, NUM_SPLITS=num_splits, SPLIT_KV=num_splits > 1, BLOCK_M=block_m,
         BLOCK_N=config.block_n, DOT_PRECISION="tf32", PASS=fwd_pass, P1_BLOCK_Q=p1_block_q,
-        P1_BLOCK_N=pass1_config.block_n if fwd_pass == 2 else 1,
+        P1_BLOCK_N=pass1_config.block_n if fwd_pass == 2 else 1, BIAS_AHEAD=config.bias_ahead,
     )  # fmt: skip
     params = list(inspect.signature(rel_attn_fwd_kernel.fn).parameters)
     missing = [p for p in params if p.isupper() and p not in constexprs]

@@ -82,10 +82,11 @@ def test_combine_blocks():
             assert head_dim % block_d == 0 and block_s * block_d <= 4096 and block_s <= pad
 
 
-TWO_PASS_CONFIGS = [
+TWO_PASS_CONFIGS = [  # (band config, plain config); a fifth band entry sets bias_ahead
     ((16, 16, 4, 2), (64, 32, 4, 2)),
     ((64, 64, 4, 2), (128, 128, 8, 3)),
     ((32, 32, 4, 2), (32, 64, 4, 2)),
+    ((32, 16, 4, 3, True), (64, 64, 4, 2)),
 ]
 TWO_PASS_CASES = [
     ("global_ragged_g4", dict(q_lens=[300, 5, 129], kv_lens=[700, 400, 129], rel_extent=40, num_heads=8, num_kv_heads=2)),
@@ -108,10 +109,31 @@ def test_two_pass_matches_reference(kwargs, band, plain):
     run_triton(
         case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
         case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
-        max_seqlen_q=case.max_seqlen_q, num_splits=1, config=FwdConfig(*band, plain=FwdConfig(*plain)),
+        max_seqlen_q=case.max_seqlen_q, num_splits=1,
+        config=FwdConfig(*band[:4], plain=FwdConfig(*plain), bias_ahead=len(band) > 4 and band[4]),
     )  # fmt: skip
     torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
     assert torch.all(out[n:] == 7.0), "rows past cu_seqlens_q[-1] were written"
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("case_id", ["sliding_E_eq_window", "extend_window_g4_packed", "decode_batch_E_lt_kv_g8", "page3_odd"])
+def test_bias_ahead_matches_reference(case_id, splits):
+    """One pass (and split-KV) with each masked tile's bias loaded one tile early."""
+    from inkling_ops.backends.triton_backend import run_triton
+    from inkling_ops.kernels.triton_configs import FwdConfig
+
+    case = make_case(**dict(CASES)[case_id], extra_tokens=2)
+    n = sum(case.q_lens)
+    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
+    out = torch.full_like(case.q, 7.0)
+    run_triton(
+        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+        case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
+        max_seqlen_q=case.max_seqlen_q, num_splits=splits, config=FwdConfig(16, 16, 4, 2, bias_ahead=True),
+    )  # fmt: skip
+    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
+    assert torch.all(out[n:] == 7.0)
 
 
 def test_two_pass_rejects_tiles_that_do_not_nest():

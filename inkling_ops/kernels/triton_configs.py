@@ -23,6 +23,8 @@ class FwdConfig:
     num_warps: int
     num_stages: int
     plain: "FwdConfig | None" = None
+    #: load each masked tile's bias one tile ahead (more registers; not yet measured on a GPU)
+    bias_ahead: bool = False
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).

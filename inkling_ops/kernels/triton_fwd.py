@@ -45,21 +45,34 @@ def _tile_blocks(bt_row, j0, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAG
 
 
 @triton.jit
+def _tile_bias(rel_row_ptr, stride_re, q_abs, row_valid, j0, offs_n, REL_EXTENT: tl.constexpr):
+    """The bias of keys [j0, j0 + BLOCK_N): ``rel[t, h, q_abs - j]`` where ``0 <= d < E``, else 0.
+
+    Every access is masked by the band, so any j0 is safe (prefetching past the last tile too).
+    """
+    d = q_abs[:, None] - (j0 + offs_n)[None, :]
+    in_band = (d >= 0) & (d < REL_EXTENT) & row_valid[:, None]
+    return tl.load(rel_row_ptr[:, None] + d * stride_re, mask=in_band, other=0.0)
+
+
+@triton.jit
 def _attend_tile(
-    acc, m_i, l_i, q, blk,
+    acc, m_i, l_i, q, blk, bias,
     k_ptr, v_ptr, j0, kv_len,
     stride_kb, stride_kp, stride_vb, stride_vp,
     rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    FULL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr,
 ):  # fmt: skip
     """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
 
     ``blk``: the tile's block ids from :func:`_tile_blocks`, fetched one iteration earlier so the
     K/V addresses do not hang on a load of the same iteration (Triton then pipelines K/V deeper).
-    FULL=False: every key is visible to every row and no bias applies (no masks, no bias load).
-    FULL=True: apply the causal / window / length masks and the bias where 0 <= d < REL_EXTENT.
+    FULL=False: every key is visible to every row and no bias applies (no masks; ``bias`` unused).
+    FULL=True: apply the causal / window / length masks and the bias where 0 <= d < REL_EXTENT:
+    ``bias`` when BIAS_GIVEN (loaded earlier by the caller), else gathered here first, so its
+    latency overlaps the K/V wait and the QK^T product.
     ``k_ptr``/``v_ptr`` already point at this program's KV head.
     """
     keys = j0 + offs_n
@@ -71,10 +84,10 @@ def _attend_tile(
     k_off = blk * stride_kb + slots * stride_kp
     v_off = blk * stride_vb + slots * stride_vp
     if FULL:
-        # The bias gather goes first so its latency overlaps the K/V wait and the QK^T product.
         d = q_abs[:, None] - keys[None, :]
-        in_band = (d >= 0) & (d < REL_EXTENT) & row_valid[:, None]
-        bias = tl.load(rel_row_ptr[:, None] + d * stride_re, mask=in_band, other=0.0)
+        if not BIAS_GIVEN:
+            in_band = (d >= 0) & (d < REL_EXTENT) & row_valid[:, None]
+            bias = tl.load(rel_row_ptr[:, None] + d * stride_re, mask=in_band, other=0.0)
         key_ok = keys < kv_len
         k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
@@ -98,6 +111,44 @@ def _attend_tile(
     return acc, m_new, l_i
 
 
+@triton.jit
+def _band_loop(
+    acc, m_i, l_i, q, t_lo, t_hi, lo_tile,
+    bt_row, kv_len, max_blocks_per_seq, num_blocks,
+    k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
+    rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+    offs_n, offs_d,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr,
+):  # fmt: skip
+    """Masked, biased tiles [t_lo, t_hi) (edge, band and diagonal tiles).
+
+    The bias gather is a scalar load Triton does not pipeline. By default each tile issues it
+    first (inside :func:`_attend_tile`). With BIAS_AHEAD the next tile's bias is loaded one
+    iteration early into loop-carried registers: more registers, latency hidden by a whole tile.
+    """
+    blk = _tile_blocks(bt_row, lo_tile + t_lo * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
+    if BIAS_AHEAD:
+        bias = _tile_bias(rel_row_ptr, stride_re, q_abs, row_valid, lo_tile + t_lo * BLOCK_N, offs_n, REL_EXTENT)
+    else:
+        bias = 0.0  # gathered inside _attend_tile
+    for t in tl.range(t_lo, t_hi):
+        blk_next = _tile_blocks(
+            bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+        )
+        if BIAS_AHEAD:
+            bias_next = _tile_bias(rel_row_ptr, stride_re, q_abs, row_valid, lo_tile + (t + 1) * BLOCK_N, offs_n, REL_EXTENT)
+        acc, m_i, l_i = _attend_tile(
+            acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
+            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION, BIAS_AHEAD,
+        )  # fmt: skip
+        blk = blk_next
+        if BIAS_AHEAD:
+            bias = bias_next
+    return acc, m_i, l_i
+
+
 @triton.jit(do_not_specialize=["num_tokens", "num_blocks"])
 def rel_attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, rel_ptr, bt_ptr, seqlens_ptr, cu_ptr, out_ptr, part_out_ptr, part_lse_ptr,
@@ -113,7 +164,7 @@ def rel_attn_fwd_kernel(
     PAGE: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr,
+    PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -241,17 +292,12 @@ def rel_attn_fwd_kernel(
     # launch's num_stages: an explicit per-loop num_stages made Triton 3.6 pipeline the block-id
     # load too and leave K/V unpipelined (TTGIR, 2026-11-30).
     if PASS != 1:
-        blk = _tile_blocks(bt_row, lo_tile + ta0 * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
-        for t in tl.range(ta0, ta1):
-            blk_next = _tile_blocks(
-                bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-            )
-            acc, m_i, l_i = _attend_tile(
-                acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
-                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
-            )  # fmt: skip
-            blk = blk_next
+        acc, m_i, l_i = _band_loop(
+            acc, m_i, l_i, q, ta0, ta1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
+            k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
+            rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD,
+        )  # fmt: skip
     if PASS != 2:
         blk = _tile_blocks(bt_row, lo_tile + tp0 * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
         for t in tl.range(tp0, tp1):
@@ -259,23 +305,18 @@ def rel_attn_fwd_kernel(
                 bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
             )
             acc, m_i, l_i = _attend_tile(
-                acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
+                acc, m_i, l_i, q, blk, 0.0, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
                 stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, False, DOT_PRECISION,
+                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, False, DOT_PRECISION, False,
             )  # fmt: skip
             blk = blk_next
     if PASS != 1:
-        blk = _tile_blocks(bt_row, lo_tile + tb0 * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
-        for t in tl.range(tb0, tb1):
-            blk_next = _tile_blocks(
-                bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-            )
-            acc, m_i, l_i = _attend_tile(
-                acc, m_i, l_i, q, blk, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
-                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION,
-            )  # fmt: skip
-            blk = blk_next
+        acc, m_i, l_i = _band_loop(
+            acc, m_i, l_i, q, tb0, tb1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
+            k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
+            rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD,
+        )  # fmt: skip
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
     if SPLIT_KV or PASS == 1:
@@ -367,7 +408,7 @@ def launch_rel_attn_fwd(
         # constexprs, in signature order
         group, g_pad, head_dim, num_kv_heads, page, rel_logits.shape[2], window_left, num_splits, split,
         block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
-        fwd_pass, p1_block_q, p1_block_n,
+        fwd_pass, p1_block_q, p1_block_n, config.bias_ahead,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages)
 
