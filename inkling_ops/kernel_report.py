@@ -75,6 +75,7 @@ def compile_fwd_sm90(
         WINDOW_LEFT=window_left, NUM_SPLITS=num_splits, SPLIT_KV=num_splits > 1, BLOCK_M=block_m,
         BLOCK_N=config.block_n, DOT_PRECISION="tf32", PASS=fwd_pass, P1_BLOCK_Q=p1_block_q,
         P1_BLOCK_N=pass1_config.block_n if fwd_pass == 2 else 1, BIAS_AHEAD=config.bias_ahead,
+        PDL=config.pdl and num_splits > 1,
     )  # fmt: skip
     params = list(inspect.signature(rel_attn_fwd_kernel.fn).parameters)
     missing = [p for p in params if p.isupper() and p not in constexprs]
@@ -99,6 +100,34 @@ def compile_fwd_sm90(
     source = ASTSource(fn=rel_attn_fwd_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def compile_combine_sm90(*, num_splits: int, head_dim: int = 128, pdl: bool = False):
+    """Triton's compiled split-KV combine kernel for sm_90 (not loaded on any device)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .kernels.triton_combine import combine_blocks, rel_attn_combine_kernel
+
+    splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
+    constexprs = dict(
+        HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl
+    )
+    params = list(inspect.signature(rel_attn_combine_kernel.fn).parameters)
+    signature, attrs = {}, {}
+    for i, name in enumerate(params):
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*bf16"}.get(name, "*i32")
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            signature[name] = "i32"
+            if name != "num_reqs":
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    source = ASTSource(fn=rel_attn_combine_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2, launch_pdl=pdl))
 
 
 def report(compiled) -> KernelReport:

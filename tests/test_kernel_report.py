@@ -48,3 +48,26 @@ def test_plain_pass_keeps_two_kv_tiles_in_flight_without_spills(variants):
     for name, row in plain.items():
         assert row["stack_bytes"] == 0, name
         assert row["kv_buffers"] >= 3 and row["max_wait_allowance"] >= 2, name
+
+
+def _compile_in_subprocess(code: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_pdl_variants_carry_grid_dependency_control():
+    """With ``pdl`` the forward kernel lets its dependents launch early and the combine waits for
+    it (griddepcontrol); without it neither instruction is there."""
+    out = _compile_in_subprocess(
+        "from inkling_ops.kernel_report import compile_fwd_sm90, compile_combine_sm90\n"
+        "from inkling_ops.kernels.triton_configs import FwdConfig\n"
+        "for pdl in (False, True):\n"
+        "    fwd = compile_fwd_sm90(FwdConfig(16, 64, 4, 2, pdl=pdl), group=8, page=16, rel_extent=1024, num_splits=8)\n"
+        "    comb = compile_combine_sm90(num_splits=8, pdl=pdl)\n"
+        "    print(pdl, 'griddepcontrol.launch_dependents' in fwd.asm['ptx'], 'griddepcontrol.wait' in comb.asm['ptx'],\n"
+        "          comb.metadata.launch_pdl)\n"
+    )
+    assert out.split() == ["False", "False", "False", "False", "True", "True", "True", "True"], out

@@ -151,6 +151,58 @@ def test_cuda_graph_prefill_changing_metadata():
     _replay_with_new_metadata(make, mutate)
 
 
+def test_cuda_graph_two_pass_prefill_changing_metadata():
+    """A global-layer prefill: the default runs two launches (plain tiles, then the rest)."""
+
+    def make():
+        return make_case(q_lens=[300, 200, 12], kv_lens=[1500, 900, 400], num_heads=8, num_kv_heads=1,
+                         rel_extent=256, head_dim=128, dtype=torch.bfloat16, device=DEV)  # fmt: skip
+
+    splits = [[0, 100, 400, 512], [0, 300, 301, 512], [0, 12, 262, 512]]
+
+    def mutate(case, step):
+        cu = torch.tensor(splits[step], dtype=torch.int32, device=DEV)
+        case.cu_seqlens_q.copy_(cu)
+        q_lens = cu[1:] - cu[:-1]
+        case.cache_seqlens.copy_(torch.maximum(case.cache_seqlens, q_lens.to(torch.int32)))
+        _scramble_pages(case, step)
+
+    _replay_with_new_metadata(make, mutate)
+
+
+@pytest.mark.parametrize("bias_ahead", [False, True])
+@pytest.mark.parametrize("pdl", [False, True])
+def test_opt_in_configs_eager_and_graph(pdl, bias_ahead):
+    """Tuner candidates that are off by default: the combine as a programmatic dependent launch,
+    and the bias loaded one tile ahead. Eager and CUDA-graph replay against the reference."""
+    from inkling_ops.backends.triton_backend import run_triton
+    from inkling_ops.kernels.triton_configs import FwdConfig
+
+    case = make_case(q_lens=[1, 3, 1], kv_lens=[5000, 300, 3], num_heads=8, num_kv_heads=1, rel_extent=1024,
+                     head_dim=128, dtype=torch.bfloat16, device=DEV)  # fmt: skip
+    ref = _reference_fp32(case)
+    n = sum(case.q_lens)
+    out = torch.zeros_like(case.q)
+
+    def call():
+        run_triton(
+            case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+            case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=-1, max_seqlen_q=case.max_seqlen_q,
+            num_splits=8, config=FwdConfig(16, 64, 4, 2, bias_ahead=bias_ahead, pdl=pdl),
+        )  # fmt: skip
+
+    call()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out[:n].float(), ref[:n], **TOL)
+    out.zero_()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out[:n].float(), ref[:n], **TOL)
+
+
 def test_compile_reduce_overhead_no_cudagraph_skips():
     from torch._dynamo.utils import counters
 

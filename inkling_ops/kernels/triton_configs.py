@@ -25,6 +25,9 @@ class FwdConfig:
     plain: "FwdConfig | None" = None
     #: load each masked tile's bias one tile ahead (more registers; not yet measured on a GPU)
     bias_ahead: bool = False
+    #: split-KV: launch the combine with programmatic dependent launch (Hopper and newer), so its
+    #: launch overlaps the forward's tail (not yet measured on a GPU)
+    pdl: bool = False
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).

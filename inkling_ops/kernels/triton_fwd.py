@@ -165,6 +165,7 @@ def rel_attn_fwd_kernel(
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -179,6 +180,8 @@ def rel_attn_fwd_kernel(
     other tile: the window edge, the bias band and the diagonal.
     """
     BLOCK_Q: tl.constexpr = BLOCK_M // G_PAD
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()  # the combine may launch now; it waits for us to finish
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest rows first (causal load balance)
     pid_split = tl.program_id(1)
     pid_bh = tl.program_id(2)
@@ -354,6 +357,7 @@ def launch_rel_attn_fwd(
     part_lse: torch.Tensor | None = None,
     fwd_pass: int = 0,
     pass1_config: FwdConfig | None = None,
+    pdl: bool = False,
 ):
     """Launch the forward kernel. Returns Triton's handle of the compiled kernel (None under the
     interpreter).
@@ -363,6 +367,9 @@ def launch_rel_attn_fwd(
     - ``fwd_pass=1``: plain tiles only; partial outputs into ``out``, log-sum-exps into
       ``part_lse`` (T, Hq) fp32.
     - ``fwd_pass=2``: the remaining tiles, resuming from pass 1, which ran with ``pass1_config``.
+
+    ``pdl``: let the next kernel on the stream (the combine) launch early, as a programmatic
+    dependent (CUDA, Hopper and newer).
 
     Equivalent PyTorch: ``inkling_ops.reference.rel_attn_reference`` (for num_splits == 1, and
     for pass 1 followed by pass 2).
@@ -408,7 +415,7 @@ def launch_rel_attn_fwd(
         # constexprs, in signature order
         group, g_pad, head_dim, num_kv_heads, page, rel_logits.shape[2], window_left, num_splits, split,
         block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
-        fwd_pass, p1_block_q, p1_block_n, config.bias_ahead,
+        fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages)
 

@@ -17,7 +17,9 @@ _I32 = (-(2**31), 2**31 - 1)
 
 
 class CachedLauncher:
-    """``launcher(grid, args, num_warps=, num_stages=)``, args positional in signature order."""
+    """``launcher(grid, args, num_warps=, num_stages=, launch_pdl=False)``, args positional in
+    signature order. ``launch_pdl`` (programmatic dependent launch) is a compile option in Triton,
+    so it is part of the cache key; under the interpreter it is dropped."""
 
     def __init__(self, kernel):
         self.kernel = kernel
@@ -30,8 +32,8 @@ class CachedLauncher:
             )
         self._compiled: dict[tuple, object] = {}
 
-    def _key(self, args: tuple, num_warps: int, num_stages: int) -> tuple:
-        key = [num_warps, num_stages]
+    def _key(self, args: tuple, num_warps: int, num_stages: int, launch_pdl: bool) -> tuple:
+        key = [num_warps, num_stages, launch_pdl]
         for kind, arg in zip(self._kinds, args):
             if kind == "constexpr":
                 key.append(arg)
@@ -45,13 +47,14 @@ class CachedLauncher:
                 key.append((_I32[0] <= arg <= _I32[1], arg == 1, arg % 16 == 0))
         return tuple(key)
 
-    def __call__(self, grid: tuple, args: tuple, *, num_warps: int, num_stages: int):
+    def __call__(self, grid: tuple, args: tuple, *, num_warps: int, num_stages: int, launch_pdl: bool = False):
         if self._kinds is None or len(args) != len(self._kinds):
             return self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages)
-        key = self._key(args, num_warps, num_stages)
+        key = self._key(args, num_warps, num_stages, launch_pdl)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages)
+            options = dict(launch_pdl=True) if launch_pdl else {}
+            compiled = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **options)
             if hasattr(compiled, "run") and hasattr(compiled, "function"):
                 self._compiled[key] = compiled
             return compiled
