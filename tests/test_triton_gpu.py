@@ -134,31 +134,22 @@ def test_cuda_graph_decode_changing_metadata():
     _replay_with_new_metadata(make, mutate)
 
 
-def test_cuda_graph_prefill_changing_metadata():
+PREFILL_GRAPH_CASES = [
+    # sliding layer, window inside the bias extent: one launch
+    ("sliding_one_pass", dict(q_lens=[300, 200, 12], kv_lens=[800, 200, 400], num_heads=8, num_kv_heads=2,
+                              rel_extent=512, window_left=511)),
+    # global layer: two launches (plain tiles, then the rest)
+    ("global_two_pass", dict(q_lens=[300, 200, 12], kv_lens=[1500, 900, 400], num_heads=8, num_kv_heads=1,
+                             rel_extent=256)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kwargs", [c[1] for c in PREFILL_GRAPH_CASES], ids=[c[0] for c in PREFILL_GRAPH_CASES])
+def test_cuda_graph_prefill_changing_metadata(kwargs):
     def make():
-        return make_case(q_lens=[300, 200, 12], kv_lens=[800, 200, 400], num_heads=8, num_kv_heads=2,
-                         rel_extent=512, window_left=511, head_dim=128, dtype=torch.bfloat16, device=DEV)  # fmt: skip
+        return make_case(**kwargs, head_dim=128, dtype=torch.bfloat16, device=DEV)
 
     splits = [[0, 100, 400, 512], [0, 300, 301, 512], [0, 12, 262, 512]]  # each q_len <= max_seqlen_q (300)
-
-    def mutate(case, step):
-        cu = torch.tensor(splits[step], dtype=torch.int32, device=DEV)
-        case.cu_seqlens_q.copy_(cu)
-        q_lens = cu[1:] - cu[:-1]
-        case.cache_seqlens.copy_(torch.maximum(case.cache_seqlens, q_lens.to(torch.int32)))
-        _scramble_pages(case, step)
-
-    _replay_with_new_metadata(make, mutate)
-
-
-def test_cuda_graph_two_pass_prefill_changing_metadata():
-    """A global-layer prefill: the default runs two launches (plain tiles, then the rest)."""
-
-    def make():
-        return make_case(q_lens=[300, 200, 12], kv_lens=[1500, 900, 400], num_heads=8, num_kv_heads=1,
-                         rel_extent=256, head_dim=128, dtype=torch.bfloat16, device=DEV)  # fmt: skip
-
-    splits = [[0, 100, 400, 512], [0, 300, 301, 512], [0, 12, 262, 512]]
 
     def mutate(case, step):
         cu = torch.tensor(splits[step], dtype=torch.int32, device=DEV)

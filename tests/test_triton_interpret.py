@@ -40,31 +40,41 @@ CASES = [
 ]
 
 
+def _check(case, run):
+    """``run(out)`` writes the Triton result into ``out``; compare it with the reference backend."""
+    n = sum(case.q_lens)
+    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
+    out = torch.full_like(case.q, 7.0)
+    run(out)
+    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
+    assert torch.isfinite(out[:n]).all(), "garbage in unused pages reached out"
+    assert torch.all(out[n:] == 7.0), "rows past cu_seqlens_q[-1] were written"
+
+
+def _with_config(case, config, num_splits):
+    """A ``run`` for :func:`_check` that launches the kernels with an explicit configuration."""
+    from inkling_ops.backends.triton_backend import run_triton
+
+    return lambda out: run_triton(
+        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+        case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
+        max_seqlen_q=case.max_seqlen_q, num_splits=num_splits, config=config,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("num_splits", [0, 1, 3], ids=lambda n: f"splits{n}")
 @pytest.mark.parametrize("kwargs", [c[1] for c in CASES], ids=[c[0] for c in CASES])
 def test_triton_matches_reference(kwargs, num_splits):
     case = make_case(**kwargs, extra_tokens=2)
-    n = sum(case.q_lens)
-    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
-    out = torch.full_like(case.q, 7.0)
-    inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=num_splits, out=out)
-    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
-    assert torch.isfinite(out[:n]).all(), "garbage in unused pages reached out"
-    assert torch.all(out[n:] == 7.0), "rows past cu_seqlens_q[-1] were written"
+    _check(case, lambda out: inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=num_splits, out=out))
 
 
 @pytest.mark.parametrize("num_splits", [130, 300])
 @pytest.mark.parametrize("case_id", ["decode_batch_E_lt_kv_g8", "spec_verify_q9"])
 def test_many_splits_cross_combine_chunks(case_id, num_splits):
     """Many splits, most of them empty; at 300 the combine reads the splits in two chunks."""
-    kwargs = dict(CASES)[case_id]
-    case = make_case(**kwargs, head_dim=64)
-    n = sum(case.q_lens)
-    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
-    out = torch.full_like(case.q, 7.0)
-    inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=num_splits, out=out)
-    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
-    assert torch.all(out[n:] == 7.0)
+    case = make_case(**dict(CASES)[case_id], head_dim=64)
+    _check(case, lambda out: inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=num_splits, out=out))
 
 
 def test_combine_blocks():
@@ -99,41 +109,21 @@ TWO_PASS_CASES = [
 @pytest.mark.parametrize("kwargs", [c[1] for c in TWO_PASS_CASES], ids=[c[0] for c in TWO_PASS_CASES])
 def test_two_pass_matches_reference(kwargs, band, plain):
     """Plain tiles in one launch, band/edge/diagonal tiles in a second with other tile shapes."""
-    from inkling_ops.backends.triton_backend import run_triton
     from inkling_ops.kernels.triton_configs import FwdConfig
 
     case = make_case(**kwargs, extra_tokens=2)
-    n = sum(case.q_lens)
-    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
-    out = torch.full_like(case.q, 7.0)
-    run_triton(
-        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
-        case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
-        max_seqlen_q=case.max_seqlen_q, num_splits=1,
-        config=FwdConfig(*band[:4], plain=FwdConfig(*plain), bias_ahead=len(band) > 4 and band[4]),
-    )  # fmt: skip
-    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
-    assert torch.all(out[n:] == 7.0), "rows past cu_seqlens_q[-1] were written"
+    config = FwdConfig(*band[:4], plain=FwdConfig(*plain), bias_ahead=len(band) > 4 and band[4])
+    _check(case, _with_config(case, config, num_splits=1))
 
 
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("case_id", ["sliding_E_eq_window", "extend_window_g4_packed", "decode_batch_E_lt_kv_g8", "page3_odd"])
 def test_bias_ahead_matches_reference(case_id, splits):
     """One pass (and split-KV) with each masked tile's bias loaded one tile early."""
-    from inkling_ops.backends.triton_backend import run_triton
     from inkling_ops.kernels.triton_configs import FwdConfig
 
     case = make_case(**dict(CASES)[case_id], extra_tokens=2)
-    n = sum(case.q_lens)
-    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
-    out = torch.full_like(case.q, 7.0)
-    run_triton(
-        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
-        case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
-        max_seqlen_q=case.max_seqlen_q, num_splits=splits, config=FwdConfig(16, 16, 4, 2, bias_ahead=True),
-    )  # fmt: skip
-    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
-    assert torch.all(out[n:] == 7.0)
+    _check(case, _with_config(case, FwdConfig(16, 16, 4, 2, bias_ahead=True), num_splits=splits))
 
 
 def test_two_pass_rejects_tiles_that_do_not_nest():
@@ -194,20 +184,10 @@ def _tuning_candidates():
 @pytest.mark.parametrize("kind,config", _tuning_candidates(), ids=lambda v: str(v))
 def test_every_tuning_candidate_is_correct(kind, config):
     """Every launch configuration the tuner may pick computes the same function."""
-    from inkling_ops.backends.triton_backend import run_triton
-
     if kind == "prefill":
         case = make_case(q_lens=[40, 3], kv_lens=[130, 70], num_heads=8, num_kv_heads=2, rel_extent=24, window_left=50)
         splits = 1
     else:
         case = make_case(q_lens=[1, 2], kv_lens=[300, 90], num_heads=8, num_kv_heads=1, rel_extent=48)
         splits = 3
-    n = sum(case.q_lens)
-    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
-    out = torch.zeros_like(case.q)
-    run_triton(
-        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
-        case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
-        max_seqlen_q=case.max_seqlen_q, num_splits=splits, config=config,
-    )  # fmt: skip
-    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
+    _check(case, _with_config(case, config, num_splits=splits))
