@@ -2,7 +2,9 @@
 
     python -m inkling_ops.kernel_report            # every default configuration of the anchors
 
-For each variant it prints registers per thread, stack bytes (spills), shared memory, and the
+With ``--sass`` it also prints a digest of each variant's machine code, to tell whether a source
+change altered what runs. For each variant it prints registers per thread, stack bytes (spills),
+shared memory, and the
 depth of the K/V software pipeline, read from Triton's TTGIR: the number of shared-memory buffers
 of the multi-buffered K/V tiles (``ttg.local_alloc`` of ``N x tile``; one is being read while
 the other ``N - 1`` are loading) and the largest ``ttg.async_wait {num = M}`` allowance (loads
@@ -130,6 +132,27 @@ def compile_combine_sm90(*, num_splits: int, head_dim: int = 128, pdl: bool = Fa
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2, launch_pdl=pdl))
 
 
+def sass_digest(compiled) -> tuple[int, str]:
+    """(instruction count, short sha1) of the kernel's SASS with addresses and comments removed:
+    two builds with the same digest run the same machine code."""
+    import hashlib
+
+    import triton
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        sass = subprocess.run(
+            [triton.knobs.nvidia.cuobjdump.path, "--dump-sass", f.name], capture_output=True, text=True, check=True
+        ).stdout
+    lines = [
+        re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", line).split(";")[0].strip()
+        for line in sass.splitlines()
+        if re.match(r"^\s*/\*[0-9a-f]{4}\*/", line)
+    ]
+    return len(lines), hashlib.sha1("\n".join(lines).encode()).hexdigest()[:12]
+
+
 def report(compiled) -> KernelReport:
     """Registers, stack and shared memory (cuobjdump) and the pipeline depth (TTGIR)."""
     import triton
@@ -186,6 +209,7 @@ def default_variants() -> list[tuple[str, dict]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON object per variant instead of a table")
+    parser.add_argument("--sass", action="store_true", help="also print each variant's SASS instruction count and digest")
     args = parser.parse_args(argv)
     import json
 
@@ -200,7 +224,11 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(dict(variant=label, config=[config.block_m, config.block_n, config.num_warps, config.num_stages], **result.__dict__)), flush=True)
             continue
         shape = f"{config.block_m}x{config.block_n}, {config.num_warps} warps, {config.num_stages} stages"
-        print(f"{label:42s} {shape:30s} {result.line()}", flush=True)
+        sass = ""
+        if args.sass:
+            count, digest = sass_digest(compile_fwd_sm90(**kwargs))
+            sass = f", SASS {count} instructions {digest}"
+        print(f"{label:42s} {shape:30s} {result.line()}{sass}", flush=True)
 
 
 if __name__ == "__main__":

@@ -86,8 +86,7 @@ def _attend_tile(
     if FULL:
         d = q_abs[:, None] - keys[None, :]
         if not BIAS_GIVEN:
-            in_band = (d >= 0) & (d < REL_EXTENT) & row_valid[:, None]
-            bias = tl.load(rel_row_ptr[:, None] + d * stride_re, mask=in_band, other=0.0)
+            bias = _tile_bias(rel_row_ptr, stride_re, q_abs, row_valid, j0, offs_n, REL_EXTENT)
         key_ok = keys < kv_len
         k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
