@@ -77,7 +77,7 @@ def compile_fwd_sm90(
         WINDOW_LEFT=window_left, NUM_SPLITS=num_splits, SPLIT_KV=num_splits > 1, BLOCK_M=block_m,
         BLOCK_N=config.block_n, DOT_PRECISION="tf32", PASS=fwd_pass, P1_BLOCK_Q=p1_block_q,
         P1_BLOCK_N=pass1_config.block_n if fwd_pass == 2 else 1, BIAS_AHEAD=config.bias_ahead,
-        PDL=config.pdl and num_splits > 1,
+        PDL=config.pdl and num_splits > 1, BAND_INTERIOR=config.band_interior,
     )  # fmt: skip
     params = list(inspect.signature(rel_attn_fwd_kernel.fn).parameters)
     missing = [p for p in params if p.isupper() and p not in constexprs]
@@ -148,7 +148,7 @@ def sass_digest(compiled) -> tuple[int, str]:
     lines = [
         re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", line).split(";")[0].strip()
         for line in sass.splitlines()
-        if re.match(r"^\s*/\*[0-9a-f]{4}\*/", line)
+        if re.match(r"^\s*/\*[0-9a-f]{4,}\*/", line)
     ]
     return len(lines), hashlib.sha1("\n".join(lines).encode()).hexdigest()[:12]
 

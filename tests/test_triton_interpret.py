@@ -92,11 +92,12 @@ def test_combine_blocks():
             assert head_dim % block_d == 0 and block_s * block_d <= 4096 and block_s <= pad
 
 
-TWO_PASS_CONFIGS = [  # (band config, plain config); a fifth band entry sets bias_ahead
+TWO_PASS_CONFIGS = [  # (band config, plain config); a fifth band entry sets bias_ahead, a sixth band_interior
     ((16, 16, 4, 2), (64, 32, 4, 2)),
     ((64, 64, 4, 2), (128, 128, 8, 3)),
     ((32, 32, 4, 2), (32, 64, 4, 2)),
     ((32, 16, 4, 3, True), (64, 64, 4, 2)),
+    ((16, 16, 4, 2, False, True), (64, 32, 4, 2)),
 ]
 TWO_PASS_CASES = [
     ("global_ragged_g4", dict(q_lens=[300, 5, 129], kv_lens=[700, 400, 129], rel_extent=40, num_heads=8, num_kv_heads=2)),
@@ -112,18 +113,32 @@ def test_two_pass_matches_reference(kwargs, band, plain):
     from inkling_ops.kernels.triton_configs import FwdConfig
 
     case = make_case(**kwargs, extra_tokens=2)
-    config = FwdConfig(*band[:4], plain=FwdConfig(*plain), bias_ahead=len(band) > 4 and band[4])
+    options = dict(zip(("bias_ahead", "band_interior"), band[4:]))
+    config = FwdConfig(*band[:4], plain=FwdConfig(*plain), **options)
     _check(case, _with_config(case, config, num_splits=1))
 
 
+BAND_OPTIONS = [dict(bias_ahead=True), dict(band_interior=True), dict(band_interior=True, bias_ahead=True)]
+BAND_CASES = [
+    ("sliding_E_eq_window", dict(CASES)["sliding_E_eq_window"]),
+    ("extend_window_g4_packed", dict(CASES)["extend_window_g4_packed"]),
+    ("decode_batch_E_lt_kv_g8", dict(CASES)["decode_batch_E_lt_kv_g8"]),
+    ("page3_odd", dict(CASES)["page3_odd"]),
+    # E several tiles wide, so interior band tiles exist (with and without a window inside E)
+    ("wide_band_mha", dict(q_lens=[64, 5], kv_lens=[400, 150], rel_extent=128, num_heads=2, num_kv_heads=2)),
+    ("wide_band_window", dict(q_lens=[64], kv_lens=[400], rel_extent=128, window_left=100, num_heads=4, num_kv_heads=2)),
+]
+
+
 @pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("case_id", ["sliding_E_eq_window", "extend_window_g4_packed", "decode_batch_E_lt_kv_g8", "page3_odd"])
-def test_bias_ahead_matches_reference(case_id, splits):
-    """One pass (and split-KV) with each masked tile's bias loaded one tile early."""
+@pytest.mark.parametrize("options", BAND_OPTIONS, ids=lambda o: "+".join(sorted(o)))
+@pytest.mark.parametrize("kwargs", [c[1] for c in BAND_CASES], ids=[c[0] for c in BAND_CASES])
+def test_band_options_match_reference(kwargs, options, splits):
+    """Opt-in band-tile variants: bias loaded a tile ahead, interior band tiles without masks."""
     from inkling_ops.kernels.triton_configs import FwdConfig
 
-    case = make_case(**dict(CASES)[case_id], extra_tokens=2)
-    _check(case, _with_config(case, FwdConfig(16, 16, 4, 2, bias_ahead=True), num_splits=splits))
+    case = make_case(**kwargs, extra_tokens=2)
+    _check(case, _with_config(case, FwdConfig(16, 16, 4, 2, **options), num_splits=splits))
 
 
 def test_two_pass_rejects_tiles_that_do_not_nest():

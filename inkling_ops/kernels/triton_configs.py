@@ -28,6 +28,9 @@ class FwdConfig:
     #: split-KV: launch the combine with programmatic dependent launch (Hopper and newer), so its
     #: launch overlaps the forward's tail (not yet measured on a GPU)
     pdl: bool = False
+    #: run interior band tiles (all keys visible to and within E of every row) without masks
+    #: (fewer instructions per tile; not yet measured on a GPU)
+    band_interior: bool = False
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).

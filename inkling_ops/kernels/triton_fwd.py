@@ -63,7 +63,7 @@ def _attend_tile(
     rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr,
+    FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, INTERIOR: tl.constexpr = False,
 ):  # fmt: skip
     """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
 
@@ -73,6 +73,8 @@ def _attend_tile(
     FULL=True: apply the causal / window / length masks and the bias where 0 <= d < REL_EXTENT:
     ``bias`` when BIAS_GIVEN (loaded earlier by the caller), else gathered here first, so its
     latency overlaps the K/V wait and the QK^T product.
+    INTERIOR=True: a band tile whose keys are all visible to, and within the bias extent of,
+    every valid row: the bias is gathered with only a per-row mask and nothing else is masked.
     ``k_ptr``/``v_ptr`` already point at this program's KV head.
     """
     keys = j0 + offs_n
@@ -83,7 +85,14 @@ def _attend_tile(
         slots = (keys % PAGE).to(tl.int64)
     k_off = blk * stride_kb + slots * stride_kp
     v_off = blk * stride_vb + slots * stride_vp
-    if FULL:
+    if INTERIOR:
+        d = q_abs[:, None] - keys[None, :]
+        bias = tl.load(rel_row_ptr[:, None] + d * stride_re, mask=row_valid[:, None], other=0.0)
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
+    elif FULL:
         d = q_abs[:, None] - keys[None, :]
         if not BIAS_GIVEN:
             bias = _tile_bias(rel_row_ptr, stride_re, q_abs, row_valid, j0, offs_n, REL_EXTENT)
@@ -148,6 +157,76 @@ def _band_loop(
     return acc, m_i, l_i
 
 
+@triton.jit
+def _interior_loop(
+    acc, m_i, l_i, q, t_lo, t_hi, lo_tile,
+    bt_row, kv_len, max_blocks_per_seq, num_blocks,
+    k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
+    rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+    offs_n, offs_d,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Interior band tiles [t_lo, t_hi): biased, but no causal, window, length or band mask."""
+    blk = _tile_blocks(bt_row, lo_tile + t_lo * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
+    for t in tl.range(t_lo, t_hi):
+        blk_next = _tile_blocks(
+            bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+        )
+        acc, m_i, l_i = _attend_tile(
+            acc, m_i, l_i, q, blk, 0.0, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
+            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION, False, True,
+        )  # fmt: skip
+        blk = blk_next
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _masked_tiles(
+    acc, m_i, l_i, q, t_lo, t_hi, lo_tile, qa_lo, qa_hi,
+    bt_row, kv_len, max_blocks_per_seq, num_blocks,
+    k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
+    rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+    offs_n, offs_d,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, BAND_INTERIOR: tl.constexpr,
+):  # fmt: skip
+    """Tiles [t_lo, t_hi) that need masks or the bias. With BAND_INTERIOR the interior band tiles
+    among them (keys <= every row's position, distances < E and inside the window for every row)
+    run without masks; the rest run masked."""
+    if BAND_INTERIOR:
+        if WINDOW_LEFT >= 0:
+            reach = tl.minimum(REL_EXTENT - 1, WINDOW_LEFT)
+        else:
+            reach = REL_EXTENT - 1
+        t_i0 = tl.minimum(tl.maximum(tl.cdiv(qa_hi - reach - lo_tile, BLOCK_N), t_lo), t_hi)
+        t_i1 = tl.minimum(tl.maximum((qa_lo + 1 - lo_tile) // BLOCK_N, t_i0), t_hi)
+    else:
+        t_i0 = t_hi
+        t_i1 = t_hi
+    acc, m_i, l_i = _band_loop(
+        acc, m_i, l_i, q, t_lo, t_i0, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
+        k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
+        rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
+        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD,
+    )  # fmt: skip
+    if BAND_INTERIOR:
+        acc, m_i, l_i = _interior_loop(
+            acc, m_i, l_i, q, t_i0, t_i1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
+            k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
+            rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION,
+        )  # fmt: skip
+        acc, m_i, l_i = _band_loop(
+            acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
+            k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
+            rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD,
+        )  # fmt: skip
+    return acc, m_i, l_i
+
+
 @triton.jit(do_not_specialize=["num_tokens", "num_blocks"])
 def rel_attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, rel_ptr, bt_ptr, seqlens_ptr, cu_ptr, out_ptr, part_out_ptr, part_lse_ptr,
@@ -164,7 +243,7 @@ def rel_attn_fwd_kernel(
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -294,11 +373,11 @@ def rel_attn_fwd_kernel(
     # launch's num_stages: an explicit per-loop num_stages made Triton 3.6 pipeline the block-id
     # load too and leave K/V unpipelined (TTGIR, 2026-11-30).
     if PASS != 1:
-        acc, m_i, l_i = _band_loop(
-            acc, m_i, l_i, q, ta0, ta1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
+        acc, m_i, l_i = _masked_tiles(
+            acc, m_i, l_i, q, ta0, ta1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR,
         )  # fmt: skip
     if PASS != 2:
         blk = _tile_blocks(bt_row, lo_tile + tp0 * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
@@ -313,11 +392,11 @@ def rel_attn_fwd_kernel(
             )  # fmt: skip
             blk = blk_next
     if PASS != 1:
-        acc, m_i, l_i = _band_loop(
-            acc, m_i, l_i, q, tb0, tb1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
+        acc, m_i, l_i = _masked_tiles(
+            acc, m_i, l_i, q, tb0, tb1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR,
         )  # fmt: skip
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
@@ -414,7 +493,7 @@ def launch_rel_attn_fwd(
         # constexprs, in signature order
         group, g_pad, head_dim, num_kv_heads, page, rel_logits.shape[2], window_left, num_splits, split,
         block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
-        fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl,
+        fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl, config.band_interior,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages)
 
