@@ -86,8 +86,9 @@ def _attend_tile(
     k_off = blk * stride_kb + slots * stride_kp
     v_off = blk * stride_vb + slots * stride_vp
     if INTERIOR:
-        d = q_abs[:, None] - keys[None, :]
-        bias = tl.load(rel_row_ptr[:, None] + d * stride_re, mask=row_valid[:, None], other=0.0)
+        if not BIAS_GIVEN:
+            d = q_abs[:, None] - keys[None, :]
+            bias = tl.load(rel_row_ptr[:, None] + d * stride_re, mask=row_valid[:, None], other=0.0)
         k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
         v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
@@ -127,9 +128,10 @@ def _band_loop(
     rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, INTERIOR: tl.constexpr = False,
 ):  # fmt: skip
-    """Masked, biased tiles [t_lo, t_hi) (edge, band and diagonal tiles).
+    """Masked, biased tiles [t_lo, t_hi) (edge, band and diagonal tiles); with INTERIOR, interior
+    band tiles, which need no mask (see :func:`_masked_tiles`).
 
     The bias gather is a scalar load Triton does not pipeline. By default each tile issues it
     first (inside :func:`_attend_tile`). With BIAS_AHEAD the next tile's bias is loaded one
@@ -149,36 +151,11 @@ def _band_loop(
         acc, m_i, l_i = _attend_tile(
             acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
             stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION, BIAS_AHEAD,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION, BIAS_AHEAD, INTERIOR,
         )  # fmt: skip
         blk = blk_next
         if BIAS_AHEAD:
             bias = bias_next
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _interior_loop(
-    acc, m_i, l_i, q, t_lo, t_hi, lo_tile,
-    bt_row, kv_len, max_blocks_per_seq, num_blocks,
-    k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-    rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-    offs_n, offs_d,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
-    """Interior band tiles [t_lo, t_hi): biased, but no causal, window, length or band mask."""
-    blk = _tile_blocks(bt_row, lo_tile + t_lo * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
-    for t in tl.range(t_lo, t_hi):
-        blk_next = _tile_blocks(
-            bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-        )
-        acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, blk, 0.0, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
-            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION, False, True,
-        )  # fmt: skip
-        blk = blk_next
     return acc, m_i, l_i
 
 
@@ -212,11 +189,11 @@ def _masked_tiles(
         PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD,
     )  # fmt: skip
     if BAND_INTERIOR:
-        acc, m_i, l_i = _interior_loop(
+        acc, m_i, l_i = _band_loop(
             acc, m_i, l_i, q, t_i0, t_i1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, True,
         )  # fmt: skip
         acc, m_i, l_i = _band_loop(
             acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
