@@ -32,6 +32,28 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _tile_ranges(qa_lo, qa_hi, kv_len, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr):
+    """Tiling of the keys seen by rows at absolute positions [qa_lo, qa_hi]: ``(lo_tile, n_tiles,
+    n_edge, n_plain)``. Keys [lo, hi) are cut into BLOCK_N tiles from ``lo_tile``. Tiles
+    [0, n_edge) hold the low edge of the window (some row's window starts inside them); tiles
+    [n_edge, n_plain) are plain (every key visible to every row, at distance >= REL_EXTENT >= 1);
+    the rest meet the bias band or the diagonal."""
+    hi = tl.minimum(kv_len, qa_hi + 1)
+    if WINDOW_LEFT >= 0:
+        lo = tl.maximum(qa_lo - WINDOW_LEFT, 0)
+    else:
+        lo = 0
+    lo_tile = (lo // BLOCK_N) * BLOCK_N
+    n_tiles = tl.maximum(tl.cdiv(hi - lo_tile, BLOCK_N), 0)
+    if WINDOW_LEFT >= 0:
+        n_edge = tl.minimum(tl.maximum(tl.cdiv(qa_hi - WINDOW_LEFT - lo_tile, BLOCK_N), 0), n_tiles)
+    else:
+        n_edge = 0
+    n_plain = tl.minimum(tl.maximum((qa_lo - REL_EXTENT + 1 - lo_tile) // BLOCK_N, n_edge), n_tiles)
+    return lo_tile, n_tiles, n_edge, n_plain
+
+
+@triton.jit
 def _tile_blocks(bt_row, j0, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
     """Clamped KV block ids of keys [j0, j0 + BLOCK_N): a scalar when the tile lies in one page
     (PAGE >= BLOCK_N), else one per key. Safe for any j0 (the entry index is clamped too), so the
@@ -121,21 +143,24 @@ def _attend_tile(
 
 
 @triton.jit
-def _band_loop(
+def _tile_loop(
     acc, m_i, l_i, q, t_lo, t_hi, lo_tile,
     bt_row, kv_len, max_blocks_per_seq, num_blocks,
     k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
     rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, INTERIOR: tl.constexpr = False,
+    DOT_PRECISION: tl.constexpr, FULL: tl.constexpr, BIAS_AHEAD: tl.constexpr, INTERIOR: tl.constexpr = False,
 ):  # fmt: skip
-    """Masked, biased tiles [t_lo, t_hi) (edge, band and diagonal tiles); with INTERIOR, interior
-    band tiles, which need no mask (see :func:`_masked_tiles`).
+    """Tiles [t_lo, t_hi) of one kind (see :func:`_attend_tile`): plain (FULL=False), masked and
+    biased (FULL=True), or interior band tiles (FULL and INTERIOR, see :func:`_masked_tiles`).
 
-    The bias gather is a scalar load Triton does not pipeline. By default each tile issues it
-    first (inside :func:`_attend_tile`). With BIAS_AHEAD the next tile's bias is loaded one
-    iteration early into loop-carried registers: more registers, latency hidden by a whole tile.
+    Each iteration fetches the next tile's block ids. The loops take the launch's num_stages: an
+    explicit per-loop num_stages made Triton 3.6 pipeline the block-id load too and leave K/V
+    unpipelined (TTGIR, 2026-11-30). The bias gather is a scalar load Triton does not pipeline.
+    By default each tile issues it first (inside :func:`_attend_tile`). With BIAS_AHEAD (biased
+    tiles only) the next tile's bias is loaded one iteration early into loop-carried registers:
+    more registers, latency hidden by a whole tile.
     """
     blk = _tile_blocks(bt_row, lo_tile + t_lo * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
     if BIAS_AHEAD:
@@ -151,7 +176,7 @@ def _band_loop(
         acc, m_i, l_i = _attend_tile(
             acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
             stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, True, DOT_PRECISION, BIAS_AHEAD, INTERIOR,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, INTERIOR,
         )  # fmt: skip
         blk = blk_next
         if BIAS_AHEAD:
@@ -182,24 +207,24 @@ def _masked_tiles(
     else:
         t_i0 = t_hi
         t_i1 = t_hi
-    acc, m_i, l_i = _band_loop(
+    acc, m_i, l_i = _tile_loop(
         acc, m_i, l_i, q, t_lo, t_i0, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
         k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
         rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD,
+        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD,
     )  # fmt: skip
     if BAND_INTERIOR:
-        acc, m_i, l_i = _band_loop(
+        acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i0, t_i1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, True,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, True,
         )  # fmt: skip
-        acc, m_i, l_i = _band_loop(
+        acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD,
         )  # fmt: skip
     return acc, m_i, l_i
 
@@ -270,24 +295,11 @@ def rel_attn_fwd_kernel(
     v_head_ptr = v_ptr + kv_head.to(tl.int64) * stride_vh
     bt_row = bt_ptr + req.to(tl.int64) * stride_bt
 
-    # Key range of this program's rows: [lo, hi), cut into BLOCK_N tiles from lo_tile.
+    # This program's rows and the tiling of their keys.
     last_tok = tl.minimum(q_len, (pid_m + 1) * BLOCK_Q) - 1
     qa_lo = kv_len - q_len + pid_m * BLOCK_Q
     qa_hi = kv_len - q_len + last_tok
-    hi = tl.minimum(kv_len, qa_hi + 1)
-    if WINDOW_LEFT >= 0:
-        lo = tl.maximum(qa_lo - WINDOW_LEFT, 0)
-    else:
-        lo = 0
-    lo_tile = (lo // BLOCK_N) * BLOCK_N
-    n_tiles = tl.maximum(tl.cdiv(hi - lo_tile, BLOCK_N), 0)
-    # Tiles [0, n_edge): low edge of the window, where some row's window starts inside the tile.
-    if WINDOW_LEFT >= 0:
-        n_edge = tl.minimum(tl.maximum(tl.cdiv(qa_hi - WINDOW_LEFT - lo_tile, BLOCK_N), 0), n_tiles)
-    else:
-        n_edge = 0
-    # Tiles [n_edge, n_plain): every key at distance >= REL_EXTENT (>= 1) from every row: plain.
-    n_plain = tl.minimum(tl.maximum((qa_lo - REL_EXTENT + 1 - lo_tile) // BLOCK_N, n_edge), n_tiles)
+    lo_tile, n_tiles, n_edge, n_plain = _tile_ranges(qa_lo, qa_hi, kv_len, BLOCK_N, REL_EXTENT, WINDOW_LEFT)
 
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -314,17 +326,8 @@ def rel_attn_fwd_kernel(
         # Pass 1's plain key range [p_lo, p_hi) for these rows (one pass-1 program holds them all).
         p1_qa_lo = kv_len - q_len + (pid_m * BLOCK_Q // P1_BLOCK_Q) * P1_BLOCK_Q
         p1_qa_hi = kv_len - q_len + tl.minimum(q_len, (pid_m * BLOCK_Q // P1_BLOCK_Q + 1) * P1_BLOCK_Q) - 1
-        if WINDOW_LEFT >= 0:
-            p1_lo_tile = (tl.maximum(p1_qa_lo - WINDOW_LEFT, 0) // P1_BLOCK_N) * P1_BLOCK_N
-        else:
-            p1_lo_tile = 0
-        p1_n_tiles = tl.maximum(tl.cdiv(tl.minimum(kv_len, p1_qa_hi + 1) - p1_lo_tile, P1_BLOCK_N), 0)
-        if WINDOW_LEFT >= 0:
-            p1_n_edge = tl.minimum(tl.maximum(tl.cdiv(p1_qa_hi - WINDOW_LEFT - p1_lo_tile, P1_BLOCK_N), 0), p1_n_tiles)
-        else:
-            p1_n_edge = 0
-        p1_n_plain = tl.minimum(
-            tl.maximum((p1_qa_lo - REL_EXTENT + 1 - p1_lo_tile) // P1_BLOCK_N, p1_n_edge), p1_n_tiles
+        p1_lo_tile, _, p1_n_edge, p1_n_plain = _tile_ranges(
+            p1_qa_lo, p1_qa_hi, kv_len, P1_BLOCK_N, REL_EXTENT, WINDOW_LEFT
         )
         has_plain = p1_n_plain > p1_n_edge
         p_lo = p1_lo_tile + p1_n_edge * P1_BLOCK_N
@@ -346,9 +349,6 @@ def rel_attn_fwd_kernel(
         l_i = tl.where(lse > float("-inf"), 1.0, 0.0)
         acc = o_prev.to(tl.float32)
 
-    # Each loop fetches the next tile's block ids one iteration ahead. The loops take the
-    # launch's num_stages: an explicit per-loop num_stages made Triton 3.6 pipeline the block-id
-    # load too and leave K/V unpipelined (TTGIR, 2026-11-30).
     if PASS != 1:
         acc, m_i, l_i = _masked_tiles(
             acc, m_i, l_i, q, ta0, ta1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
@@ -357,17 +357,12 @@ def rel_attn_fwd_kernel(
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR,
         )  # fmt: skip
     if PASS != 2:
-        blk = _tile_blocks(bt_row, lo_tile + tp0 * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
-        for t in tl.range(tp0, tp1):
-            blk_next = _tile_blocks(
-                bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-            )
-            acc, m_i, l_i = _attend_tile(
-                acc, m_i, l_i, q, blk, 0.0, k_head_ptr, v_head_ptr, lo_tile + t * BLOCK_N, kv_len,
-                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, False, DOT_PRECISION, False,
-            )  # fmt: skip
-            blk = blk_next
+        acc, m_i, l_i = _tile_loop(
+            acc, m_i, l_i, q, tp0, tp1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
+            k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
+            rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False,
+        )  # fmt: skip
     if PASS != 1:
         acc, m_i, l_i = _masked_tiles(
             acc, m_i, l_i, q, tb0, tb1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
