@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 from .kernels.triton_configs import FwdConfig, fwd_config
 
-#: Arguments Triton does not specialize (``do_not_specialize``) or that are floats.
-_UNSPECIALIZED = {"num_tokens", "num_blocks", "qk_scale"}
+#: Arguments Triton does not specialize (``do_not_specialize``, and floats).
+_UNSPECIALIZED = {"num_tokens", "num_blocks", "num_reqs", "qk_scale"}
+_FLOATS = {"qk_scale"}
 #: Arguments whose value is 1 at run time (unit strides), specialized as constants by Triton.
 _UNIT = {"stride_re"}
 
@@ -64,8 +65,6 @@ def compile_fwd_sm90(
 ):
     """Triton's compiled kernel (not loaded on any device) for one variant of the forward kernel."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from .kernels.triton_fwd import rel_attn_fwd_kernel
 
@@ -83,53 +82,65 @@ def compile_fwd_sm90(
     missing = [p for p in params if p.isupper() and p not in constexprs]
     if missing:
         raise ValueError(f"kernel_report does not know the constexprs {missing}; update compile_fwd_sm90")
-    signature, attrs = {}, {}
-    for i, name in enumerate(params):
-        if name in constexprs:
-            signature[name] = "constexpr"
-        elif name.endswith("_ptr"):
-            signature[name] = "*fp32" if name.startswith("part_") else "*i32" if name in ("bt_ptr", "seqlens_ptr", "cu_ptr") else "*bf16"
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif name == "qk_scale":
-            signature[name] = "fp32"
-        else:
-            signature[name] = "i32"
-            if name in _UNIT:
-                signature[name] = "constexpr"
-                constexprs[name] = 1
-            elif name not in _UNSPECIALIZED:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    source = ASTSource(fn=rel_attn_fwd_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return _compile_sm90(
+        rel_attn_fwd_kernel, constexprs,
+        pointer_types=dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", bt_ptr="*i32", seqlens_ptr="*i32", cu_ptr="*i32"),
+        options=dict(num_warps=config.num_warps, num_stages=config.num_stages),
+    )  # fmt: skip
 
 
 def compile_combine_sm90(*, num_splits: int, head_dim: int = 128, pdl: bool = False):
     """Triton's compiled split-KV combine kernel for sm_90 (not loaded on any device)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from .kernels.triton_combine import combine_blocks, rel_attn_combine_kernel
 
     splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
     constexprs = dict(
         HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl
     )
-    params = list(inspect.signature(rel_attn_combine_kernel.fn).parameters)
+    return _compile_sm90(
+        rel_attn_combine_kernel, constexprs,
+        pointer_types=dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", cu_ptr="*i32"),
+        options=dict(num_warps=4, num_stages=2, launch_pdl=pdl),
+    )  # fmt: skip
+
+
+def _compile_sm90(kernel, constexprs: dict, *, pointer_types: dict, options: dict):
+    """``triton.compile`` of ``kernel`` for sm_90 with the argument specialization Triton makes at
+    run time for the anchor shapes: pointers (bf16 unless ``pointer_types`` says otherwise) and
+    integers marked 16-divisible, unit strides folded to 1, ``_UNSPECIALIZED`` left alone."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    constexprs = dict(constexprs)
     signature, attrs = {}, {}
-    for i, name in enumerate(params):
+    for i, name in enumerate(inspect.signature(kernel.fn).parameters):
         if name in constexprs:
             signature[name] = "constexpr"
+        elif name in _UNIT:
+            signature[name] = "constexpr"
+            constexprs[name] = 1
         elif name.endswith("_ptr"):
-            signature[name] = {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*bf16"}.get(name, "*i32")
+            signature[name] = pointer_types.get(name, "*bf16")
             attrs[(i,)] = [["tt.divisibility", 16]]
         else:
-            signature[name] = "i32"
-            if name != "num_reqs":
+            signature[name] = "fp32" if name in _FLOATS else "i32"
+            if name not in _UNSPECIALIZED:
                 attrs[(i,)] = [["tt.divisibility", 16]]
-    source = ASTSource(fn=rel_attn_combine_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2, launch_pdl=pdl))
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def _cuobjdump(compiled, flag: str) -> str:
+    """``cuobjdump <flag>`` (the one in Triton's wheel) on the compiled kernel's cubin."""
+    import triton
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        return subprocess.run(
+            [triton.knobs.nvidia.cuobjdump.path, flag, f.name], capture_output=True, text=True, check=True
+        ).stdout
 
 
 def sass_digest(compiled) -> tuple[int, str]:
@@ -137,14 +148,7 @@ def sass_digest(compiled) -> tuple[int, str]:
     two builds with the same digest run the same machine code."""
     import hashlib
 
-    import triton
-
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        sass = subprocess.run(
-            [triton.knobs.nvidia.cuobjdump.path, "--dump-sass", f.name], capture_output=True, text=True, check=True
-        ).stdout
+    sass = _cuobjdump(compiled, "--dump-sass")
     lines = [
         re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", line).split(";")[0].strip()
         for line in sass.splitlines()
@@ -155,15 +159,7 @@ def sass_digest(compiled) -> tuple[int, str]:
 
 def report(compiled) -> KernelReport:
     """Registers, stack and shared memory (cuobjdump) and the pipeline depth (TTGIR)."""
-    import triton
-
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        usage = subprocess.run(
-            [triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", f.name],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+    usage = _cuobjdump(compiled, "--dump-resource-usage")
     regs = re.search(r"REG:(\d+)", usage)
     stack = re.search(r"STACK:(\d+)", usage)
     ttgir = compiled.asm["ttgir"]
@@ -219,14 +215,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"triton {triton.__version__}, target sm_90")
     for label, kwargs in default_variants():
         config = kwargs["config"]
-        result = report(compile_fwd_sm90(**kwargs))
+        compiled = compile_fwd_sm90(**kwargs)
+        result = report(compiled)
         if args.json:
             print(json.dumps(dict(variant=label, config=[config.block_m, config.block_n, config.num_warps, config.num_stages], **result.__dict__)), flush=True)
             continue
         shape = f"{config.block_m}x{config.block_n}, {config.num_warps} warps, {config.num_stages} stages"
         sass = ""
         if args.sass:
-            count, digest = sass_digest(compile_fwd_sm90(**kwargs))
+            count, digest = sass_digest(compiled)
             sass = f", SASS {count} instructions {digest}"
         print(f"{label:42s} {shape:30s} {result.line()}{sass}", flush=True)
 
