@@ -15,7 +15,6 @@ import argparse
 
 import torch
 
-from .backends.triton_backend import run_triton
 from .heuristics import bucket_max_seqlen_q
 from .kernels.triton_configs import FwdConfig, fwd_config
 from .testing import make_case
@@ -42,11 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         config = fwd_config(head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket_max_seqlen_q(case.max_seqlen_q))
     out = torch.zeros_like(case.q)
     for _ in range(args.calls):
-        run_triton(
-            case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
-            case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
-            max_seqlen_q=case.max_seqlen_q, num_splits=args.splits, config=config,
-        )  # fmt: skip
+        case.run_triton(out, num_splits=args.splits, config=config)
     torch.cuda.synchronize()
     print(f"ran {args.case} page {args.page} splits {args.splits} {config} x{args.calls}")
 

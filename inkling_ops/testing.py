@@ -43,6 +43,20 @@ class RelAttnCase:
     def args(self) -> tuple:
         return (self.q, self.key_cache, self.value_cache)
 
+    def run_triton(self, out: torch.Tensor, *, num_splits: int, config):
+        """The Triton kernels on this case with an explicit split count and launch configuration
+        (``FwdConfig``), bypassing the dispatcher: for the tuner, the profiler and kernel tests.
+
+        Equivalent PyTorch: ``inkling_ops.rel_attn(*self.args(), **self.kwargs(), out=out)``.
+        """
+        from .backends.triton_backend import run_triton
+
+        return run_triton(
+            self.q, self.key_cache, self.value_cache, self.block_table, self.cache_seqlens, self.cu_seqlens_q,
+            self.rel_logits, out, softmax_scale=self.softmax_scale, window_left=self.window_size[0],
+            max_seqlen_q=self.max_seqlen_q, num_splits=num_splits, config=config,
+        )  # fmt: skip
+
     def to(self, device: str | torch.device) -> RelAttnCase:
         """The same case on ``device`` (packed K/V stay views of one packed tensor)."""
         if self.packed_kv:

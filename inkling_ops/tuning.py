@@ -13,6 +13,7 @@ and the command line. The chosen values are then written by hand into
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -20,7 +21,6 @@ from pathlib import Path
 
 import torch
 
-from .backends.triton_backend import run_triton
 from .benchmark import git_state
 from .kernels.triton_configs import FwdConfig, fwd_config
 from .heuristics import bucket_max_seqlen_q
@@ -90,18 +90,10 @@ def _time(fn, quick: bool, graph: bool) -> float:
     return time_cuda_graph(fn, cfg, torch.device("cuda")) if graph else time_do_bench(fn, cfg)
 
 
-def _call(case, out, *, splits: int, config: FwdConfig):
-    return lambda: run_triton(
-        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
-        case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
-        max_seqlen_q=case.max_seqlen_q, num_splits=splits, config=config,
-    )  # fmt: skip
-
-
 def _measure(case, expected, name, kind, page, splits, config, quick, env) -> dict:
     """Time one candidate; returns its record (with ``error`` when it failed to compile or run)."""
     out = torch.zeros_like(case.q)
-    fn = _call(case, out, splits=splits, config=config)
+    fn = functools.partial(case.run_triton, out, num_splits=splits, config=config)
     base = dict(env, case=name, kind=kind, page_size=page, splits=splits, block_m=config.block_m,
                 block_n=config.block_n, num_warps=config.num_warps, num_stages=config.num_stages,
                 plain=None if config.plain is None else [config.plain.block_m, config.plain.block_n, config.plain.num_warps, config.plain.num_stages],
@@ -138,7 +130,7 @@ def tune(page_sizes: list[int], quick: bool, only: str | None) -> list[dict]:
             g = kwargs["num_heads"] // kwargs["num_kv_heads"]
             default = fwd_config(head_dim=128, q_per_kv=g, max_seqlen_q_bucket=bucket_max_seqlen_q(case.max_seqlen_q))
             expected = torch.zeros_like(case.q)
-            _call(case, expected, splits=1, config=default)()
+            case.run_triton(expected, num_splits=1, config=default)
             args = (case, expected, name, kind, page)
             if kind == "prefill":
                 records += [_measure(*args, 1, config, quick, env) for config in PREFILL_CONFIGS]

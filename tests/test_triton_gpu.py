@@ -166,7 +166,6 @@ def test_cuda_graph_prefill_changing_metadata(kwargs):
 def test_opt_in_configs_eager_and_graph(pdl, bias_ahead):
     """Tuner candidates that are off by default: the combine as a programmatic dependent launch,
     and the bias loaded one tile ahead. Eager and CUDA-graph replay against the reference."""
-    from inkling_ops.backends.triton_backend import run_triton
     from inkling_ops.kernels.triton_configs import FwdConfig
 
     case = make_case(q_lens=[1, 3, 1], kv_lens=[5000, 300, 3], num_heads=8, num_kv_heads=1, rel_extent=1024,
@@ -176,11 +175,7 @@ def test_opt_in_configs_eager_and_graph(pdl, bias_ahead):
     out = torch.zeros_like(case.q)
 
     def call():
-        run_triton(
-            case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
-            case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=-1, max_seqlen_q=case.max_seqlen_q,
-            num_splits=8, config=FwdConfig(16, 64, 4, 2, bias_ahead=bias_ahead, pdl=pdl),
-        )  # fmt: skip
+        case.run_triton(out, num_splits=8, config=FwdConfig(16, 64, 4, 2, bias_ahead=bias_ahead, pdl=pdl))
 
     call()
     torch.cuda.synchronize()

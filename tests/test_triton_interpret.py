@@ -53,13 +53,7 @@ def _check(case, run):
 
 def _with_config(case, config, num_splits):
     """A ``run`` for :func:`_check` that launches the kernels with an explicit configuration."""
-    from inkling_ops.backends.triton_backend import run_triton
-
-    return lambda out: run_triton(
-        case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
-        case.rel_logits, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
-        max_seqlen_q=case.max_seqlen_q, num_splits=num_splits, config=config,
-    )  # fmt: skip
+    return lambda out: case.run_triton(out, num_splits=num_splits, config=config)
 
 
 @pytest.mark.parametrize("num_splits", [0, 1, 3], ids=lambda n: f"splits{n}")
@@ -142,17 +136,12 @@ def test_band_options_match_reference(kwargs, options, splits):
 
 
 def test_two_pass_rejects_tiles_that_do_not_nest():
-    from inkling_ops.backends.triton_backend import run_triton
     from inkling_ops.kernels.triton_configs import FwdConfig
 
     case = make_case(q_lens=[40], kv_lens=[200], rel_extent=8)
+    config = FwdConfig(16, 64, 4, 2, plain=FwdConfig(64, 32, 4, 2))
     with pytest.raises(ValueError, match="must divide"):
-        run_triton(
-            case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
-            case.rel_logits, torch.zeros_like(case.q), softmax_scale=case.softmax_scale, window_left=-1,
-            max_seqlen_q=case.max_seqlen_q, num_splits=1,
-            config=FwdConfig(16, 64, 4, 2, plain=FwdConfig(64, 32, 4, 2)),
-        )  # fmt: skip
+        case.run_triton(torch.zeros_like(case.q), num_splits=1, config=config)
 
 
 def test_triton_bias_changes_output():
