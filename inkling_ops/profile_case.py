@@ -21,13 +21,25 @@ from .testing import make_case
 from .tuning import DECODE_CASES, PREFILL_CASES
 
 
+def _config_arg(text: str) -> FwdConfig:
+    """``--config`` as four positive integers: block_m,block_n,num_warps,num_stages."""
+    values = text.split(",")
+    if len(values) != 4 or not all(v.strip().isdigit() and int(v) > 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"--config is {text!r}; expected four positive integers block_m,block_n,num_warps,num_stages"
+        )
+    return FwdConfig(*(int(v) for v in values))
+
+
 def main(argv: list[str] | None = None) -> None:
     cases = {**PREFILL_CASES, **DECODE_CASES}
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("case", choices=sorted(cases))
     parser.add_argument("--page", type=int, default=128)
     parser.add_argument("--splits", type=int, default=1)
-    parser.add_argument("--config", default=None, help="block_m,block_n,num_warps,num_stages (default: the tuned one)")
+    parser.add_argument(
+        "--config", default=None, type=_config_arg, help="block_m,block_n,num_warps,num_stages (default: the tuned one)"
+    )
     parser.add_argument("--calls", type=int, default=3)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -35,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     kwargs = cases[args.case]
     case = make_case(**kwargs, head_dim=128, page_size=args.page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
     if args.config:
-        config = FwdConfig(*(int(v) for v in args.config.split(",")))
+        config = args.config
     else:
         group = kwargs["num_heads"] // kwargs["num_kv_heads"]
         config = fwd_config(head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket_max_seqlen_q(case.max_seqlen_q))

@@ -445,8 +445,8 @@ def launch_rel_attn_fwd(
             p1_block_n = pass1_config.block_n
             if p1_block_q % (block_m // g_pad) or p1_block_n % config.block_n:
                 raise ValueError(
-                    f"pass 2 tiles ({block_m // g_pad} tokens, {config.block_n} keys) must divide pass 1's "
-                    f"({p1_block_q} tokens, {p1_block_n} keys)"
+                    f"config's tiles ({block_m // g_pad} tokens, {config.block_n} keys) must divide "
+                    f"pass1_config's ({p1_block_q} tokens, {p1_block_n} keys) in a two-pass prefill"
                 )
     else:
         p_out = p_lse = out  # unused
