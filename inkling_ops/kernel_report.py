@@ -76,7 +76,7 @@ def compile_fwd_sm90(
         WINDOW_LEFT=window_left, NUM_SPLITS=num_splits, SPLIT_KV=num_splits > 1, BLOCK_M=block_m,
         BLOCK_N=config.block_n, DOT_PRECISION="tf32", PASS=fwd_pass, P1_BLOCK_Q=p1_block_q,
         P1_BLOCK_N=pass1_config.block_n if fwd_pass == 2 else 1, BIAS_AHEAD=config.bias_ahead,
-        PDL=config.pdl and num_splits > 1, BAND_INTERIOR=config.band_interior,
+        PDL=config.pdl and num_splits > 1, BAND_INTERIOR=config.band_interior, ASM_GATHER=config.asm_gather,
     )  # fmt: skip
     params = list(inspect.signature(rel_attn_fwd_kernel.fn).parameters)
     missing = [p for p in params if p.isupper() and p not in constexprs]
@@ -85,7 +85,8 @@ def compile_fwd_sm90(
     return _compile_sm90(
         rel_attn_fwd_kernel, constexprs,
         pointer_types=dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", bt_ptr="*i32", seqlens_ptr="*i32", cu_ptr="*i32"),
-        options=dict(num_warps=config.num_warps, num_stages=config.num_stages),
+        options=dict(num_warps=config.num_warps, num_stages=config.num_stages)
+        | ({} if config.max_registers is None else dict(maxnreg=config.max_registers)),
     )  # fmt: skip
 
 

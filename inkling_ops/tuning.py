@@ -1,6 +1,6 @@
 """Tune the Triton backend on a GPU: launch configs for prefill, split counts for decode.
 
-    python -m inkling_ops.tuning [--out DIR] [--quick]
+    python -m inkling_ops.tuning [--out DIR] [--quick] [--kind prefill|decode] [--splits 2,4,256]
 
 For each anchor case it times candidate launch configurations (prefill, ``triton.testing.do_bench``)
 and split counts (decode, CUDA-graph replay) as medians with the L2 flushed, checks every candidate's output
@@ -43,25 +43,30 @@ PREFILL_CONFIGS = [
     FwdConfig(64, 64, 4, 2),
     # Two launches: plain tiles with the inner configuration, then the rest with the outer one.
     FwdConfig(64, 64, 4, 2, plain=_PLAIN),  # the default since 50276c0
-    FwdConfig(64, 64, 4, 2, plain=FwdConfig(128, 128, 8, 2)),
+    # The bias gathered with tl.load (a blocked layout converted to the MMA layout through shared
+    # memory every tile), as up to 6fd105e; every other candidate gathers with inline PTX.
+    FwdConfig(64, 64, 4, 2, plain=_PLAIN, asm_gather=False),
     FwdConfig(64, 32, 4, 3, plain=_PLAIN),
-    # The masked tiles' bias loaded one tile ahead (compiles without spills on triton 3.6 at
-    # 64x32/4 warps and 128x64/8 warps; 24 B of stack at 64x64/4 warps). Not yet timed.
+    FwdConfig(64, 32, 4, 2, plain=_PLAIN),
+    FwdConfig(128, 64, 8, 2, plain=_PLAIN),
+    # Capped at 168 registers: three 4-warp programs per SM instead of two (small spills).
+    FwdConfig(64, 32, 4, 2, plain=_PLAIN, max_registers=168),
+    FwdConfig(64, 32, 4, 3, plain=_PLAIN, max_registers=168),
+    # The masked tiles' bias loaded one tile ahead.
     FwdConfig(64, 64, 4, 2, plain=_PLAIN, bias_ahead=True),
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, bias_ahead=True),
-    FwdConfig(128, 64, 8, 2, plain=_PLAIN, bias_ahead=True),
-    # Interior band tiles without masks (triton 3.6's ptxas crashes on it at 64x64/4 warps one
-    # pass, so only these shapes).
+    # Interior band tiles without masks.
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, band_interior=True),
     FwdConfig(128, 64, 8, 2, plain=_PLAIN, band_interior=True),
-    FwdConfig(64, 32, 4, 3, plain=_PLAIN, band_interior=True, bias_ahead=True),
 ]
 DECODE_CONFIGS = [
     FwdConfig(16, 64, 4, 2),
     FwdConfig(16, 64, 4, 3),
     FwdConfig(16, 128, 4, 2),
-    # Not yet timed: the combine as a programmatic dependent launch; the bias one tile ahead.
+    FwdConfig(16, 64, 4, 2, asm_gather=False),
+    # The combine as a programmatic dependent launch; the bias one tile ahead.
     FwdConfig(16, 64, 4, 2, pdl=True),
+    FwdConfig(16, 64, 4, 3, pdl=True),
     FwdConfig(16, 64, 4, 2, bias_ahead=True),
 ]
 SPLITS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -100,6 +105,8 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
                 bias_ahead=config.bias_ahead,
                 pdl=config.pdl,
                 band_interior=config.band_interior,
+                asm_gather=config.asm_gather,
+                max_registers=config.max_registers,
                 timing="cuda_graph" if kind == "decode" else "do_bench")  # fmt: skip
     t0 = time.perf_counter()
     try:
@@ -117,13 +124,15 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
     return dict(base, median_ms=ms, first_call_s=first_call_s, rel_err_vs_default=err, regs=regs, spills=spills)
 
 
-def tune(page_sizes: list[int], quick: bool, only: str | None) -> list[dict]:
+def tune(
+    page_sizes: list[int], quick: bool, only: str | None, splits: list[int] = SPLITS, kinds: tuple = ("prefill", "decode")
+) -> list[dict]:
     """Sweep every case at every page size; returns all records."""
     records = []
     env = _environment()
     jobs = [(n, kw, "prefill") for n, kw in PREFILL_CASES.items()] + [(n, kw, "decode") for n, kw in DECODE_CASES.items()]
     for name, kwargs, kind in jobs:
-        if only and only not in name:
+        if (only and only not in name) or kind not in kinds:
             continue
         for page in page_sizes:
             case = make_case(**kwargs, head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
@@ -135,7 +144,7 @@ def tune(page_sizes: list[int], quick: bool, only: str | None) -> list[dict]:
             if kind == "prefill":
                 records += [_measure(*args, 1, config, quick, env) for config in PREFILL_CONFIGS]
                 continue
-            by_splits = [_measure(*args, s, default, quick, env) for s in SPLITS]
+            by_splits = [_measure(*args, s, default, quick, env) for s in splits]
             records += by_splits
             best = min((r for r in by_splits if "median_ms" in r), key=lambda r: r["median_ms"])["splits"]
             records += [_measure(*args, best, config, quick, env) for config in DECODE_CONFIGS if config != default]
@@ -147,12 +156,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--page-sizes", default="16,128")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default=None, help="substring filter on case names")
+    parser.add_argument("--kind", choices=["prefill", "decode"], default=None, help="only this kind of case")
+    parser.add_argument("--splits", default=",".join(map(str, SPLITS)), help="decode split counts to sweep")
     parser.add_argument("--out", default=None, help="also write records here")
     parser.add_argument("--record", default="meta/tuning_records.jsonl")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("inkling_ops.tuning needs a CUDA device")
-    records = tune([int(p) for p in args.page_sizes.split(",")], args.quick, args.only)
+    splits = [int(s) for s in args.splits.split(",")]
+    kinds = (args.kind,) if args.kind else ("prefill", "decode")
+    records = tune([int(p) for p in args.page_sizes.split(",")], args.quick, args.only, splits, kinds)
     paths = [Path(args.record)] + ([Path(args.out) / "tuning_records.jsonl"] if args.out else [])
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)

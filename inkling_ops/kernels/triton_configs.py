@@ -31,6 +31,12 @@ class FwdConfig:
     #: run interior band tiles (all keys visible to and within E of every row) without masks
     #: (fewer instructions per tile; not yet measured on a GPU)
     band_interior: bool = False
+    #: gather the bias with inline PTX, so it lands in the MMA layout with no shared-memory
+    #: round trip (CUDA, 16-bit rel_logits; the interpreter always uses tl.load)
+    asm_gather: bool = True
+    #: cap on registers per thread (ptxas ``.maxnreg``): at 4 warps, 168 lets three programs
+    #: share an SM's 64K registers where 255 allows two (None: the compiler's choice)
+    max_registers: int | None = None
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).

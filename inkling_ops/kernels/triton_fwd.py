@@ -21,6 +21,8 @@ whatever cu_seqlens_q, cache_seqlens and block_table hold. Nothing here syncs wi
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -67,14 +69,41 @@ def _tile_blocks(bt_row, j0, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAG
 
 
 @triton.jit
-def _tile_bias(rel_row_ptr, stride_re, q_abs, row_valid, j0, offs_n, REL_EXTENT: tl.constexpr):
-    """The bias of keys [j0, j0 + BLOCK_N): ``rel[t, h, q_abs - j]`` where ``0 <= d < E``, else 0.
+def _gather(ptrs, mask, ASM_GATHER: tl.constexpr):
+    """``tl.load(ptrs, mask, other=0)`` of a 16-bit tensor, element by element.
+
+    With ASM_GATHER the load is inline PTX (a predicated ``ld.global.nc.b16``). Triton treats it
+    as a pure elementwise op, so it takes the layout of its user, the QK^T accumulator: the bias
+    lands in the MMA layout directly, where a ``tl.load`` is given a blocked layout and converted
+    through shared memory every tile. The interpreter cannot run PTX, so it uses ``tl.load``.
+    """
+    if ASM_GATHER:
+        bits = tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b16 $0, 0; @p ld.global.nc.b16 $0, [$1]; }",
+            "=h,l,r",
+            [ptrs, mask.to(tl.int32)],
+            dtype=tl.int16,
+            is_pure=True,
+            pack=1,
+        )
+        return bits.to(ptrs.dtype.element_ty, bitcast=True)
+    else:
+        return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT: tl.constexpr, ASM_GATHER: tl.constexpr):
+    """The bias of keys [j0, j0 + BLOCK_N): ``rel[t, h, d]`` with ``d = q_pos - j`` where
+    ``0 <= d < E``, else 0. ``q_pos`` is -1 on padding rows, so they read nothing.
 
     Every access is masked by the band, so any j0 is safe (prefetching past the last tile too).
+    Per element: one subtraction, one unsigned compare, one address with a per-column offset.
     """
-    d = q_abs[:, None] - (j0 + offs_n)[None, :]
-    in_band = (d >= 0) & (d < REL_EXTENT) & row_valid[:, None]
-    return tl.load(rel_row_ptr[:, None] + d * stride_re, mask=in_band, other=0.0)
+    dq = q_pos - j0  # each row's distance to key j0
+    d = dq[:, None] - offs_n[None, :]
+    in_band = d.to(tl.uint32, bitcast=True) < REL_EXTENT
+    ptrs = (rel_row_ptr + dq * stride_re)[:, None] - (offs_n * stride_re)[None, :]
+    return _gather(ptrs, in_band, ASM_GATHER)
 
 
 @triton.jit
@@ -82,10 +111,11 @@ def _attend_tile(
     acc, m_i, l_i, q, blk, bias,
     k_ptr, v_ptr, j0, kv_len,
     stride_kb, stride_kp, stride_vb, stride_vp,
-    rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+    rel_row_ptr, stride_re, q_pos, qk_scale,
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, INTERIOR: tl.constexpr = False,
+    FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, ASM_GATHER: tl.constexpr,
+    INTERIOR: tl.constexpr = False,
 ):  # fmt: skip
     """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
 
@@ -97,6 +127,8 @@ def _attend_tile(
     latency overlaps the K/V wait and the QK^T product.
     INTERIOR=True: a band tile whose keys are all visible to, and within the bias extent of,
     every valid row: the bias is gathered with only a per-row mask and nothing else is masked.
+    ``q_pos``: each row's absolute position, -1 on padding rows (no key is visible to them, and
+    a valid row sees no key at or past kv_len, so the scores need no length mask).
     ``k_ptr``/``v_ptr`` already point at this program's KV head.
     """
     keys = j0 + offs_n
@@ -109,24 +141,26 @@ def _attend_tile(
     v_off = blk * stride_vb + slots * stride_vp
     if INTERIOR:
         if not BIAS_GIVEN:
-            d = q_abs[:, None] - keys[None, :]
-            bias = tl.load(rel_row_ptr[:, None] + d * stride_re, mask=row_valid[:, None], other=0.0)
+            dq = q_pos - j0
+            ptrs = (rel_row_ptr + dq * stride_re)[:, None] - (offs_n * stride_re)[None, :]
+            bias = _gather(ptrs, (dq >= 0)[:, None] & (offs_n >= 0)[None, :], ASM_GATHER)
         k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
         v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
     elif FULL:
-        d = q_abs[:, None] - keys[None, :]
+        d = (q_pos - j0)[:, None] - offs_n[None, :]
         if not BIAS_GIVEN:
-            bias = _tile_bias(rel_row_ptr, stride_re, q_abs, row_valid, j0, offs_n, REL_EXTENT)
+            bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER)
         key_ok = keys < kv_len
         k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
-        visible = (d >= 0) & key_ok[None, :]
-        if WINDOW_LEFT >= 0:
-            visible = visible & (d <= WINDOW_LEFT)
+        if WINDOW_LEFT >= 0:  # 0 <= d <= WINDOW_LEFT
+            visible = d.to(tl.uint32, bitcast=True) <= WINDOW_LEFT
+        else:
+            visible = d >= 0
         s = tl.where(visible, s, float("-inf"))
     else:
         k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
@@ -147,10 +181,11 @@ def _tile_loop(
     acc, m_i, l_i, q, t_lo, t_hi, lo_tile,
     bt_row, kv_len, max_blocks_per_seq, num_blocks,
     k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-    rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+    rel_row_ptr, stride_re, q_pos, qk_scale,
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, FULL: tl.constexpr, BIAS_AHEAD: tl.constexpr, INTERIOR: tl.constexpr = False,
+    DOT_PRECISION: tl.constexpr, FULL: tl.constexpr, BIAS_AHEAD: tl.constexpr, ASM_GATHER: tl.constexpr,
+    INTERIOR: tl.constexpr = False,
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) of one kind (see :func:`_attend_tile`): plain (FULL=False), masked and
     biased (FULL=True), or interior band tiles (FULL and INTERIOR, see :func:`_masked_tiles`).
@@ -164,7 +199,7 @@ def _tile_loop(
     """
     blk = _tile_blocks(bt_row, lo_tile + t_lo * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
     if BIAS_AHEAD:
-        bias = _tile_bias(rel_row_ptr, stride_re, q_abs, row_valid, lo_tile + t_lo * BLOCK_N, offs_n, REL_EXTENT)
+        bias = _tile_bias(rel_row_ptr, stride_re, q_pos, lo_tile + t_lo * BLOCK_N, offs_n, REL_EXTENT, ASM_GATHER)
     else:
         bias = 0.0  # gathered inside _attend_tile
     for t in tl.range(t_lo, t_hi):
@@ -172,11 +207,14 @@ def _tile_loop(
             bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
         )
         if BIAS_AHEAD:
-            bias_next = _tile_bias(rel_row_ptr, stride_re, q_abs, row_valid, lo_tile + (t + 1) * BLOCK_N, offs_n, REL_EXTENT)
+            bias_next = _tile_bias(
+                rel_row_ptr, stride_re, q_pos, lo_tile + (t + 1) * BLOCK_N, offs_n, REL_EXTENT, ASM_GATHER
+            )
         acc, m_i, l_i = _attend_tile(
             acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
-            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
-            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, INTERIOR,
+            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, ASM_GATHER,
+            INTERIOR,
         )  # fmt: skip
         blk = blk_next
         if BIAS_AHEAD:
@@ -189,10 +227,10 @@ def _masked_tiles(
     acc, m_i, l_i, q, t_lo, t_hi, lo_tile, qa_lo, qa_hi,
     bt_row, kv_len, max_blocks_per_seq, num_blocks,
     k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-    rel_row_ptr, stride_re, q_abs, row_valid, qk_scale,
+    rel_row_ptr, stride_re, q_pos, qk_scale,
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, BAND_INTERIOR: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr,
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) that need masks or the bias. With BAND_INTERIOR the interior band tiles
     among them (keys <= every row's position, distances < E and inside the window for every row)
@@ -210,21 +248,21 @@ def _masked_tiles(
     acc, m_i, l_i = _tile_loop(
         acc, m_i, l_i, q, t_lo, t_i0, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
         k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-        rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD,
+        rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
+        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER,
     )  # fmt: skip
     if BAND_INTERIOR:
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i0, t_i1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, True,
+            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, True,
         )  # fmt: skip
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD,
+            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER,
         )  # fmt: skip
     return acc, m_i, l_i
 
@@ -245,7 +283,7 @@ def rel_attn_fwd_kernel(
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
-    PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr,
+    PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -281,7 +319,7 @@ def rel_attn_fwd_kernel(
     tok = pid_m * BLOCK_Q + offs_m // G_PAD  # request-local token of each row
     grp = offs_m % G_PAD
     row_valid = (tok < q_len) & (grp < G)
-    q_abs = kv_len - q_len + tok
+    q_pos = tl.where(row_valid, kv_len - q_len + tok, -1)  # absolute position; -1: padding row
     head = kv_head * G + grp
     t_row = (q_start + tok).to(tl.int64)
 
@@ -353,22 +391,22 @@ def rel_attn_fwd_kernel(
         acc, m_i, l_i = _masked_tiles(
             acc, m_i, l_i, q, ta0, ta1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR,
+            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER,
         )  # fmt: skip
     if PASS != 2:
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, tp0, tp1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False,
+            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False, ASM_GATHER,
         )  # fmt: skip
     if PASS != 1:
         acc, m_i, l_i = _masked_tiles(
             acc, m_i, l_i, q, tb0, tb1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_abs, row_valid, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR,
+            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER,
         )  # fmt: skip
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
@@ -386,6 +424,12 @@ def rel_attn_fwd_kernel(
             o.to(out_ptr.dtype.element_ty),
             mask=row_valid[:, None],
         )
+
+
+def _can_run_ptx(rel_logits: torch.Tensor) -> bool:
+    """Whether the bias gather may be inline PTX: compiled for a CUDA device (not Triton's
+    interpreter) and a 16-bit ``rel_logits``."""
+    return rel_logits.is_cuda and rel_logits.element_size() == 2 and os.environ.get("TRITON_INTERPRET", "0") != "1"
 
 
 def launch_rel_attn_fwd(
@@ -466,8 +510,9 @@ def launch_rel_attn_fwd(
         group, g_pad, head_dim, num_kv_heads, page, rel_logits.shape[2], window_left, num_splits, split,
         block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
         fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl, config.band_interior,
+        config.asm_gather and _can_run_ptx(rel_logits),
     )  # fmt: skip
-    return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages)
+    return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
 
 _launch = CachedLauncher(rel_attn_fwd_kernel)

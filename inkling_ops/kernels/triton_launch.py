@@ -17,9 +17,10 @@ _I32 = (-(2**31), 2**31 - 1)
 
 
 class CachedLauncher:
-    """``launcher(grid, args, num_warps=, num_stages=, launch_pdl=False)``, args positional in
-    signature order. ``launch_pdl`` (programmatic dependent launch) is a compile option in Triton,
-    so it is part of the cache key; under the interpreter it is dropped."""
+    """``launcher(grid, args, num_warps=, num_stages=, launch_pdl=False, maxnreg=None)``, args
+    positional in signature order. ``launch_pdl`` (programmatic dependent launch) and ``maxnreg``
+    (a cap on registers per thread, so more programs fit on an SM) are compile options in Triton,
+    so they are part of the cache key; under the interpreter they are dropped."""
 
     def __init__(self, kernel):
         self.kernel = kernel
@@ -32,8 +33,8 @@ class CachedLauncher:
             )
         self._compiled: dict[tuple, object] = {}
 
-    def _key(self, args: tuple, num_warps: int, num_stages: int, launch_pdl: bool) -> tuple:
-        key = [num_warps, num_stages, launch_pdl]
+    def _key(self, args: tuple, num_warps: int, num_stages: int, launch_pdl: bool, maxnreg) -> tuple:
+        key = [num_warps, num_stages, launch_pdl, maxnreg]
         for kind, arg in zip(self._kinds, args):
             if kind == "constexpr":
                 key.append(arg)
@@ -47,13 +48,17 @@ class CachedLauncher:
                 key.append((_I32[0] <= arg <= _I32[1], arg == 1, arg % 16 == 0))
         return tuple(key)
 
-    def __call__(self, grid: tuple, args: tuple, *, num_warps: int, num_stages: int, launch_pdl: bool = False):
+    def __call__(
+        self, grid: tuple, args: tuple, *, num_warps: int, num_stages: int, launch_pdl: bool = False, maxnreg=None
+    ):
         if self._kinds is None or len(args) != len(self._kinds):
             return self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages)
-        key = self._key(args, num_warps, num_stages, launch_pdl)
+        key = self._key(args, num_warps, num_stages, launch_pdl, maxnreg)
         compiled = self._compiled.get(key)
         if compiled is None:
             options = dict(launch_pdl=True) if launch_pdl else {}
+            if maxnreg is not None:
+                options["maxnreg"] = maxnreg
             compiled = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **options)
             if hasattr(compiled, "run") and hasattr(compiled, "function"):
                 self._compiled[key] = compiled
