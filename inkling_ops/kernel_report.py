@@ -190,7 +190,9 @@ def default_variants() -> list[tuple[str, dict]]:
     """Every kernel variant the default configurations launch on the anchor cases."""
     variants = []
     for name, group, page, extent, window, bucket in ANCHOR_VARIANTS:
-        config = fwd_config(head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket)
+        config = fwd_config(
+            head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket, window_left=window, rel_extent=extent
+        )
         common = dict(group=group, page=page, rel_extent=extent, window_left=window)
         label = f"{name} page {page}"
         if bucket <= 16:

@@ -42,32 +42,32 @@ _PLAIN = FwdConfig(128, 128, 8, 3)
 PREFILL_CONFIGS = [
     FwdConfig(64, 64, 4, 2),
     # Two launches: plain tiles with the inner configuration, then the rest with the outer one.
-    FwdConfig(64, 64, 4, 2, plain=_PLAIN),  # the default since 50276c0
+    # The default for global layers (fwd_config): the band's bias gathered one tile ahead.
+    FwdConfig(64, 64, 4, 2, plain=_PLAIN, bias_ahead=True),
+    FwdConfig(64, 64, 4, 2, plain=_PLAIN),  # the default from 50276c0 to 27741fa
     # The bias gathered with tl.load (a blocked layout converted to the MMA layout through shared
     # memory every tile), as up to 6fd105e; every other candidate gathers with inline PTX.
     FwdConfig(64, 64, 4, 2, plain=_PLAIN, asm_gather=False),
-    FwdConfig(64, 32, 4, 3, plain=_PLAIN),
-    FwdConfig(64, 32, 4, 2, plain=_PLAIN),
-    FwdConfig(128, 64, 8, 2, plain=_PLAIN),
-    # Capped at 168 registers: three 4-warp programs per SM instead of two (small spills).
-    FwdConfig(64, 32, 4, 2, plain=_PLAIN, max_registers=168),
-    FwdConfig(64, 32, 4, 3, plain=_PLAIN, max_registers=168),
-    # The masked tiles' bias loaded one tile ahead.
-    FwdConfig(64, 64, 4, 2, plain=_PLAIN, bias_ahead=True),
+    # The default for sliding layers whose window lies inside E (one launch; plain unused there).
+    FwdConfig(64, 32, 4, 3, bias_ahead=True),
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, bias_ahead=True),
+    # Capped at 168 registers: three 4-warp programs per SM instead of two (small spills).
+    FwdConfig(64, 32, 4, 3, plain=_PLAIN, max_registers=168),
+    FwdConfig(64, 32, 4, 3, plain=_PLAIN, bias_ahead=True, max_registers=168),
+    FwdConfig(64, 32, 4, 2, plain=_PLAIN, bias_ahead=True, max_registers=168),
+    FwdConfig(128, 64, 8, 2, plain=_PLAIN, bias_ahead=True),
     # Interior band tiles without masks.
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, band_interior=True),
-    FwdConfig(128, 64, 8, 2, plain=_PLAIN, band_interior=True),
 ]
 DECODE_CONFIGS = [
-    FwdConfig(16, 64, 4, 2),
-    FwdConfig(16, 64, 4, 3),
-    FwdConfig(16, 128, 4, 2),
-    FwdConfig(16, 64, 4, 2, asm_gather=False),
-    # The combine as a programmatic dependent launch; the bias one tile ahead.
-    FwdConfig(16, 64, 4, 2, pdl=True),
-    FwdConfig(16, 64, 4, 3, pdl=True),
-    FwdConfig(16, 64, 4, 2, bias_ahead=True),
+    FwdConfig(16, 64, 4, 2, asm_gather=False),  # the default (fwd_config)
+    FwdConfig(16, 64, 4, 2),  # inline-PTX gather, the default at 27741fa
+    FwdConfig(16, 64, 4, 3, asm_gather=False),
+    FwdConfig(16, 128, 4, 2, asm_gather=False),
+    # The bias one tile ahead; the combine as a programmatic dependent launch.
+    FwdConfig(16, 64, 4, 2, asm_gather=False, bias_ahead=True),
+    FwdConfig(16, 128, 4, 2, asm_gather=False, bias_ahead=True),
+    FwdConfig(16, 64, 4, 2, asm_gather=False, pdl=True),
 ]
 SPLITS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
@@ -137,7 +137,10 @@ def tune(
         for page in page_sizes:
             case = make_case(**kwargs, head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
             g = kwargs["num_heads"] // kwargs["num_kv_heads"]
-            default = fwd_config(head_dim=128, q_per_kv=g, max_seqlen_q_bucket=bucket_max_seqlen_q(case.max_seqlen_q))
+            default = fwd_config(
+                head_dim=128, q_per_kv=g, max_seqlen_q_bucket=bucket_max_seqlen_q(case.max_seqlen_q),
+                window_left=case.window_size[0], rel_extent=case.rel_logits.shape[-1],
+            )  # fmt: skip
             expected = torch.zeros_like(case.q)
             case.run_triton(expected, num_splits=1, config=default)
             args = (case, expected, name, kind, page)

@@ -66,6 +66,8 @@ class TritonBackend(Backend):
             head_dim=problem.head_dim,
             q_per_kv=problem.q_per_kv,
             max_seqlen_q_bucket=bucket_max_seqlen_q(problem.max_seqlen_q),
+            window_left=problem.window_left,
+            rel_extent=problem.rel_extent,
         )
         run_triton(
             q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits, out,

@@ -43,23 +43,35 @@ class FwdConfig:
 DECODE_MAX_Q = 16
 
 
-def fwd_config(*, head_dim: int, q_per_kv: int, max_seqlen_q_bucket: int) -> FwdConfig:
+def fwd_config(
+    *, head_dim: int, q_per_kv: int, max_seqlen_q_bucket: int, window_left: int = -1, rel_extent: int = 0
+) -> FwdConfig:
     """The forward kernel's configuration for one compile key.
 
-    Decode / speculative verify (bucket <= 16): a program holds every query row of its KV head
-    (up to 64 rows) and streams 64-key tiles, one tile in flight (2 stages beat 3 and 4 on every
-    decode anchor case). Prefill at head_dim <= 128 runs two launches: the plain tiles with
-    128-row / 128-key / 8-warp programs and three stages, then the window-edge, bias-band and
-    diagonal tiles with 64-row / 64-key / 4-warp programs and two stages (two such programs fit
-    on an SM). Sliding layers whose window is inside the bias extent have no plain tile and run
-    only the second kind. From the H200 sweeps in meta/tuning_records.jsonl (2026-11-30).
+    - Decode / speculative verify (bucket <= 16): a program holds every query row of its KV head
+      (up to 64 rows) and streams 64-key tiles, one tile in flight, the bias gathered with
+      ``tl.load`` (the inline-PTX gather measured 3-13% slower on every decode anchor case).
+    - Prefill at head_dim <= 128, global layers (and windows wider than the bias extent): two
+      launches. The plain tiles run in 128-row / 128-key / 8-warp programs with three stages;
+      then the window-edge, bias-band and diagonal tiles in 64-row / 64-key / 4-warp programs
+      with two stages, each tile's bias gathered (inline PTX) one tile ahead.
+    - Prefill of a sliding layer whose window lies inside the bias extent (every tile is a band
+      tile, one launch): 64-row / 32-key / 4-warp programs with three stages and the bias one
+      tile ahead.
+
+    From the H200 sweeps in meta/tuning_records.jsonl (2026-11-30, see meta/TUNING.md).
     """
     g_pad = 1 << max(0, q_per_kv - 1).bit_length()
     if max_seqlen_q_bucket <= DECODE_MAX_Q:
         rows = max_seqlen_q_bucket * g_pad
         block_m = min(64, max(16, 1 << max(0, rows - 1).bit_length()))
-        return FwdConfig(block_m=max(block_m, g_pad), block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=2)
+        return FwdConfig(
+            block_m=max(block_m, g_pad), block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=2,
+            asm_gather=False,
+        )  # fmt: skip
     if head_dim <= 128:
+        if 0 <= window_left < rel_extent:
+            return FwdConfig(block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=3, bias_ahead=True)
         plain = FwdConfig(block_m=max(128, g_pad), block_n=128, num_warps=8, num_stages=3)
-        return FwdConfig(block_m=max(64, g_pad), block_n=64, num_warps=4, num_stages=2, plain=plain)
+        return FwdConfig(block_m=max(64, g_pad), block_n=64, num_warps=4, num_stages=2, plain=plain, bias_ahead=True)
     return FwdConfig(block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=2)
