@@ -48,12 +48,12 @@ PREFILL_CONFIGS = [
     # The bias gathered with tl.load (a blocked layout converted to the MMA layout through shared
     # memory every tile), as up to 6fd105e; every other candidate gathers with inline PTX.
     FwdConfig(64, 64, 4, 2, plain=_PLAIN, asm_gather=False),
-    # The default for sliding layers whose window lies inside E (one launch; plain unused there).
     FwdConfig(64, 32, 4, 3, bias_ahead=True),
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, bias_ahead=True),
     # Capped at 168 registers: three 4-warp programs per SM instead of two (small spills).
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, max_registers=168),
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, bias_ahead=True, max_registers=168),
+    # The default for sliding layers whose window lies inside E (one launch; plain unused there).
     FwdConfig(64, 32, 4, 2, plain=_PLAIN, bias_ahead=True, max_registers=168),
     FwdConfig(128, 64, 8, 2, plain=_PLAIN, bias_ahead=True),
     # Interior band tiles without masks.

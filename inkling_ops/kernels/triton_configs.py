@@ -56,8 +56,8 @@ def fwd_config(
       then the window-edge, bias-band and diagonal tiles in 64-row / 64-key / 4-warp programs
       with two stages, each tile's bias gathered (inline PTX) one tile ahead.
     - Prefill of a sliding layer whose window lies inside the bias extent (every tile is a band
-      tile, one launch): 64-row / 32-key / 4-warp programs with three stages and the bias one
-      tile ahead.
+      tile, one launch): 64-row / 32-key / 4-warp programs with two stages, the bias one tile
+      ahead, and at most 168 registers per thread, so three programs share an SM.
 
     From the H200 sweeps in meta/tuning_records.jsonl (2026-11-30, see meta/TUNING.md).
     """
@@ -71,7 +71,9 @@ def fwd_config(
         )  # fmt: skip
     if head_dim <= 128:
         if 0 <= window_left < rel_extent:
-            return FwdConfig(block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=3, bias_ahead=True)
+            return FwdConfig(
+                block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=2, bias_ahead=True, max_registers=168
+            )
         plain = FwdConfig(block_m=max(128, g_pad), block_n=128, num_warps=8, num_stages=3)
         return FwdConfig(block_m=max(64, g_pad), block_n=64, num_warps=4, num_stages=2, plain=plain, bias_ahead=True)
     return FwdConfig(block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=2)
