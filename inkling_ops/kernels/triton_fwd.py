@@ -63,8 +63,8 @@ def _tile_blocks(bt_row, j0, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAG
     if PAGE >= BLOCK_N:
         blk = tl.load(bt_row + tl.minimum(j0 // PAGE, max_blocks_per_seq - 1))
     else:
-        keys = j0 + offs_n
-        blk = tl.load(bt_row + tl.minimum(keys // PAGE, max_blocks_per_seq - 1), mask=keys < kv_len, other=0)
+        # No mask: the entry index is clamped, and keys past kv_len are masked where K/V load.
+        blk = tl.load(bt_row + tl.minimum((j0 + offs_n) // PAGE, max_blocks_per_seq - 1))
     return tl.minimum(tl.maximum(blk, 0), num_blocks - 1)
 
 
@@ -115,7 +115,7 @@ def _attend_tile(
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, ASM_GATHER: tl.constexpr,
-    INTERIOR: tl.constexpr = False,
+    KV_SAME_STRIDES: tl.constexpr, INTERIOR: tl.constexpr = False,
 ):  # fmt: skip
     """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
 
@@ -138,7 +138,12 @@ def _attend_tile(
     else:
         slots = (keys % PAGE).to(tl.int64)
     k_off = blk * stride_kb + slots * stride_kp
-    v_off = blk * stride_vb + slots * stride_vp
+    if KV_SAME_STRIDES and PAGE < BLOCK_N:
+        # K and V pages laid out alike (the usual case): one per-key address computation. (With
+        # one page per tile the addresses are cheap, and sharing them made ptxas spill.)
+        v_off = k_off
+    else:
+        v_off = blk * stride_vb + slots * stride_vp
     if INTERIOR:
         if not BIAS_GIVEN:
             dq = q_pos - j0
@@ -185,7 +190,7 @@ def _tile_loop(
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, FULL: tl.constexpr, BIAS_AHEAD: tl.constexpr, ASM_GATHER: tl.constexpr,
-    INTERIOR: tl.constexpr = False,
+    KV_SAME_STRIDES: tl.constexpr, INTERIOR: tl.constexpr = False,
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) of one kind (see :func:`_attend_tile`): plain (FULL=False), masked and
     biased (FULL=True), or interior band tiles (FULL and INTERIOR, see :func:`_masked_tiles`).
@@ -214,7 +219,7 @@ def _tile_loop(
             acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
             stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
             offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, ASM_GATHER,
-            INTERIOR,
+            KV_SAME_STRIDES, INTERIOR,
         )  # fmt: skip
         blk = blk_next
         if BIAS_AHEAD:
@@ -231,6 +236,7 @@ def _masked_tiles(
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr,
+    KV_SAME_STRIDES: tl.constexpr,
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) that need masks or the bias. With BAND_INTERIOR the interior band tiles
     among them (keys <= every row's position, distances < E and inside the window for every row)
@@ -249,20 +255,21 @@ def _masked_tiles(
         acc, m_i, l_i, q, t_lo, t_i0, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
         k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
         rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER,
+        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES,
     )  # fmt: skip
     if BAND_INTERIOR:
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i0, t_i1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, True,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES,
+            True,
         )  # fmt: skip
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES,
         )  # fmt: skip
     return acc, m_i, l_i
 
@@ -283,7 +290,7 @@ def rel_attn_fwd_kernel(
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
-    PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr,
+    PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -392,21 +399,21 @@ def rel_attn_fwd_kernel(
             acc, m_i, l_i, q, ta0, ta1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES,
         )  # fmt: skip
     if PASS != 2:
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, tp0, tp1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False, ASM_GATHER,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False, ASM_GATHER, KV_SAME_STRIDES,
         )  # fmt: skip
     if PASS != 1:
         acc, m_i, l_i = _masked_tiles(
             acc, m_i, l_i, q, tb0, tb1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES,
         )  # fmt: skip
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
@@ -511,6 +518,7 @@ def launch_rel_attn_fwd(
         block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
         fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl, config.band_interior,
         config.asm_gather and _can_run_ptx(rel_logits),
+        key_cache.stride(0) == value_cache.stride(0) and key_cache.stride(1) == value_cache.stride(1),
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
