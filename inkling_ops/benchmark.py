@@ -940,10 +940,12 @@ def git_state(explicit_sha: str | None) -> tuple[str | None, bool | None]:
     sha = explicit_sha or os.environ.get("INKLING_GIT_SHA")
     dirty = None
     try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
         if sha is None:
-            sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True).stdout.strip() or None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True)
-        dirty = bool(status.stdout.strip())
+            sha = head or None
+        if sha and head.startswith(sha):  # else the tree is not a checkout of that commit (a copied tree): unknown
+            status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True)
+            dirty = bool(status.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         pass
     return sha, dirty

@@ -23,16 +23,17 @@ class FwdConfig:
     num_warps: int
     num_stages: int
     plain: "FwdConfig | None" = None
-    #: load each masked tile's bias one tile ahead (more registers; not yet measured on a GPU)
+    #: load each masked tile's bias one tile ahead (more registers; the prefill default)
     bias_ahead: bool = False
     #: split-KV: launch the combine with programmatic dependent launch (Hopper and newer), so its
-    #: launch overlaps the forward's tail (not yet measured on a GPU)
+    #: launch overlaps the forward's tail (measured within 5% either way on the H200)
     pdl: bool = False
     #: run interior band tiles (all keys visible to and within E of every row) without masks
-    #: (fewer instructions per tile; not yet measured on a GPU)
+    #: (fewer instructions per tile, but measured slower than the defaults on the H200)
     band_interior: bool = False
     #: gather the bias with inline PTX, so it lands in the MMA layout with no shared-memory
-    #: round trip (CUDA, 16-bit rel_logits; the interpreter always uses tl.load)
+    #: round trip (CUDA, 16-bit rel_logits; the interpreter always uses tl.load). Faster in
+    #: prefill, slower in decode on the H200
     asm_gather: bool = True
     #: cap on registers per thread (ptxas ``.maxnreg``): at 4 warps, 168 lets three programs
     #: share an SM's 64K registers where 255 allows two (None: the compiler's choice)
@@ -50,7 +51,7 @@ def fwd_config(
 
     - Decode / speculative verify (bucket <= 16): a program holds every query row of its KV head
       (up to 64 rows) and streams 64-key tiles, one tile in flight, the bias gathered with
-      ``tl.load`` (the inline-PTX gather measured 3-13% slower on every decode anchor case).
+      ``tl.load`` (the inline-PTX gather measured 3-15% slower on every decode anchor case).
     - Prefill at head_dim <= 128, global layers (and windows wider than the bias extent): two
       launches. The plain tiles run in 128-row / 128-key / 8-warp programs with three stages;
       then the window-edge, bias-band and diagonal tiles in 64-row / 64-key / 4-warp programs
