@@ -43,11 +43,16 @@ class KernelReport:
     shared_bytes: int
     kv_buffers: int  # 1: no multi-buffering (loads are not pipelined)
     max_wait_allowance: int
+    #: ``ttg.convert_layout`` ops moving a (rows x BLOCK_N) tile from a blocked layout into the MMA
+    #: accumulator's layout: the bias of a ``tl.load`` gather (through shared memory, every tile);
+    #: 0 when the bias is gathered straight into the MMA layout (``FwdConfig.asm_gather``)
+    score_tile_conversions: int = 0
 
     def line(self) -> str:
         return (
             f"{self.registers:3d} regs, {self.stack_bytes:4d} B stack, {self.shared_bytes // 1024:3d} KiB smem, "
-            f"{self.kv_buffers} K/V buffers, async_wait allowance {self.max_wait_allowance}"
+            f"{self.kv_buffers} K/V buffers, async_wait allowance {self.max_wait_allowance}, "
+            f"{self.score_tile_conversions} score-tile layout conversions"
         )
 
 
@@ -159,8 +164,9 @@ def sass_digest(compiled) -> tuple[int, str]:
     return len(lines), hashlib.sha1("\n".join(lines).encode()).hexdigest()[:12]
 
 
-def report(compiled) -> KernelReport:
-    """Registers, stack and shared memory (cuobjdump) and the pipeline depth (TTGIR)."""
+def report(compiled, *, block_n: int | None = None) -> KernelReport:
+    """Registers, stack and shared memory (cuobjdump), the pipeline depth and, given the
+    variant's ``block_n``, the blocked-to-MMA conversions of score tiles (TTGIR)."""
     usage = _cuobjdump(compiled, "--dump-resource-usage")
     regs = re.search(r"REG:(\d+)", usage)
     stack = re.search(r"STACK:(\d+)", usage)
@@ -173,7 +179,15 @@ def report(compiled) -> KernelReport:
         shared_bytes=int(compiled.metadata.shared),
         kv_buffers=max(buffers, default=1),
         max_wait_allowance=max(waits, default=0),
+        score_tile_conversions=0 if block_n is None else _score_tile_conversions(ttgir, block_n),
     )
+
+
+def _score_tile_conversions(ttgir: str, block_n: int) -> int:
+    """``ttg.convert_layout`` of a ``R x block_n`` tensor from ``#blocked*`` to ``#mma*`` (not to a
+    dot operand), as a (rows x keys) bias tile loaded with ``tl.load`` needs before its add."""
+    pattern = rf"ttg\.convert_layout %\S+ : tensor<\d+x{block_n}x\w+, #blocked\d*> -> tensor<\d+x{block_n}x\w+, #mma\d*>"
+    return len(re.findall(pattern, ttgir))
 
 
 #: (name, group, page, rel_extent, window_left, max_seqlen_q bucket) of the anchor cases.
@@ -220,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     for label, kwargs in default_variants():
         config = kwargs["config"]
         compiled = compile_fwd_sm90(**kwargs)
-        result = report(compiled)
+        result = report(compiled, block_n=config.block_n)
         if args.json:
             print(json.dumps(dict(variant=label, config=[config.block_m, config.block_n, config.num_warps, config.num_stages], **result.__dict__)), flush=True)
             continue

@@ -50,6 +50,33 @@ def test_plain_pass_keeps_two_kv_tiles_in_flight_without_spills(variants):
         assert row["kv_buffers"] >= 3 and row["max_wait_allowance"] >= 2, name
 
 
+def test_prefill_bias_gather_lands_in_the_mma_layout(variants):
+    """The band and sliding prefill kernels gather the bias with inline PTX straight into the
+    layout of the QK^T accumulator: no (rows x keys) tile goes through a blocked-to-MMA layout
+    conversion. Decode gathers with ``tl.load`` and has them (H200 sweeps, meta/TUNING.md)."""
+    for name, row in variants.items():
+        if "pass 2" in name or "one pass" in name:
+            assert row["score_tile_conversions"] == 0, name
+        elif "split-KV" in name:
+            assert row["score_tile_conversions"] > 0, name
+
+
+def test_tl_load_gather_is_converted_through_shared_memory():
+    """The counter behind the test above sees the conversion when the bias is a ``tl.load``:
+    the same band pass with ``asm_gather=False`` has one per masked loop."""
+    out = _compile_in_subprocess(
+        "from inkling_ops.kernel_report import compile_fwd_sm90, report\n"
+        "from inkling_ops.kernels.triton_configs import FwdConfig\n"
+        "plain = FwdConfig(128, 128, 8, 3)\n"
+        "for asm in (True, False):\n"
+        "    cfg = FwdConfig(64, 64, 4, 2, plain=plain, bias_ahead=True, asm_gather=asm)\n"
+        "    k = compile_fwd_sm90(cfg, group=8, page=128, rel_extent=1024, fwd_pass=2, pass1_config=plain)\n"
+        "    print(report(k, block_n=64).score_tile_conversions)\n"
+    )
+    with_asm, with_load = (int(v) for v in out.split())
+    assert with_asm == 0 and with_load >= 1, out
+
+
 def _compile_in_subprocess(code: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
