@@ -258,3 +258,17 @@ def test_fa4_score_mod_compiles_for_sm90_without_a_gpu(monkeypatch):
     pytest.importorskip("flash_attn.cute")
     case = _case("decode_b64_8k_local")
     assert bm.check_fa4_compile([case], [16], bm.Log([])) == 0
+
+
+def test_git_state_dirty_flag_only_for_a_checkout_of_that_sha():
+    """Records name the code they measured: the SHA given on the command line wins, and the dirty
+    flag is reported only when the working tree is a checkout of that SHA (on the GPU machine the
+    copied tree is not, and the flag is unknown)."""
+    from inkling_ops.benchmark import git_state
+
+    head, _ = git_state(None)
+    if head is None:
+        pytest.skip("not a git checkout")
+    sha, dirty = git_state(head[:7])
+    assert sha == head[:7] and dirty in (True, False)
+    assert git_state("0000000") == ("0000000", None)
