@@ -433,10 +433,15 @@ def rel_attn_fwd_kernel(
         )
 
 
+#: Triton decides at ``@triton.jit`` time (module import) whether kernels run in its interpreter;
+#: read the same setting once here instead of on every call.
+_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
 def _can_run_ptx(rel_logits: torch.Tensor) -> bool:
     """Whether the bias gather may be inline PTX: compiled for a CUDA device (not Triton's
     interpreter) and a 16-bit ``rel_logits``."""
-    return rel_logits.is_cuda and rel_logits.element_size() == 2 and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    return not _INTERPRETED and rel_logits.is_cuda and rel_logits.element_size() == 2
 
 
 def launch_rel_attn_fwd(
