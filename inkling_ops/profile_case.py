@@ -15,8 +15,7 @@ import argparse
 
 import torch
 
-from .heuristics import bucket_max_seqlen_q
-from .kernels.triton_configs import FwdConfig, fwd_config
+from .kernels.triton_configs import FwdConfig
 from .testing import make_case
 from .tuning import DECODE_CASES, PREFILL_CASES
 
@@ -49,11 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.config:
         config = args.config
     else:
-        group = kwargs["num_heads"] // kwargs["num_kv_heads"]
-        config = fwd_config(
-            head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket_max_seqlen_q(case.max_seqlen_q),
-            window_left=case.window_size[0], rel_extent=case.rel_logits.shape[-1],
-        )  # fmt: skip
+        config = case.triton_config()
     out = torch.zeros_like(case.q)
     for _ in range(args.calls):
         case.run_triton(out, num_splits=args.splits, config=config)

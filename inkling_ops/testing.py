@@ -57,6 +57,18 @@ class RelAttnCase:
             max_seqlen_q=self.max_seqlen_q, num_splits=num_splits, config=config,
         )  # fmt: skip
 
+    def triton_config(self):
+        """The Triton backend's default launch configuration (``FwdConfig``) for this case, as
+        the dispatcher picks it from the case's compile-key quantities."""
+        from .heuristics import bucket_max_seqlen_q
+        from .kernels.triton_configs import fwd_config
+
+        return fwd_config(
+            head_dim=self.q.shape[2], q_per_kv=self.q.shape[1] // self.key_cache.shape[2],
+            max_seqlen_q_bucket=bucket_max_seqlen_q(self.max_seqlen_q), window_left=self.window_size[0],
+            rel_extent=self.rel_logits.shape[-1],
+        )  # fmt: skip
+
     def to(self, device: str | torch.device) -> RelAttnCase:
         """The same case on ``device`` (packed K/V stay views of one packed tensor)."""
         if self.packed_kv:

@@ -22,8 +22,7 @@ from pathlib import Path
 import torch
 
 from .benchmark import git_state
-from .kernels.triton_configs import FwdConfig, fwd_config
-from .heuristics import bucket_max_seqlen_q
+from .kernels.triton_configs import FwdConfig
 from .testing import make_case
 
 PREFILL_CASES = {
@@ -74,6 +73,11 @@ DECODE_CONFIGS = [
     FwdConfig(16, 64, 4, 2, asm_gather=False, pdl=True),
 ]
 SPLITS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def candidates() -> list[tuple[str, FwdConfig]]:
+    """(kind, configuration) of every candidate the tuner times; the tests check each one."""
+    return [("prefill", c) for c in PREFILL_CONFIGS] + [("decode", c) for c in DECODE_CONFIGS]
 
 
 def _environment() -> dict:
@@ -140,11 +144,7 @@ def tune(
             continue
         for page in page_sizes:
             case = make_case(**kwargs, head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
-            g = kwargs["num_heads"] // kwargs["num_kv_heads"]
-            default = fwd_config(
-                head_dim=128, q_per_kv=g, max_seqlen_q_bucket=bucket_max_seqlen_q(case.max_seqlen_q),
-                window_left=case.window_size[0], rel_extent=case.rel_logits.shape[-1],
-            )  # fmt: skip
+            default = case.triton_config()
             expected = torch.zeros_like(case.q)
             case.run_triton(expected, num_splits=1, config=default)
             args = (case, expected, name, kind, page)

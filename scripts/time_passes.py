@@ -13,8 +13,6 @@ from __future__ import annotations
 import torch
 import triton
 
-from inkling_ops.heuristics import bucket_max_seqlen_q
-from inkling_ops.kernels.triton_configs import fwd_config
 from inkling_ops.kernels.triton_fwd import launch_rel_attn_fwd
 from inkling_ops.testing import make_case
 from inkling_ops.tuning import PREFILL_CASES
@@ -27,8 +25,7 @@ def main() -> None:
         kwargs = PREFILL_CASES[name]
         for page in (16, 128):
             case = make_case(**kwargs, head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
-            group = kwargs["num_heads"] // kwargs["num_kv_heads"]
-            config = fwd_config(head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket_max_seqlen_q(case.max_seqlen_q))
+            config = case.triton_config()
             out = torch.empty_like(case.q)
             lse = torch.empty(case.q.shape[0], case.q.shape[1], dtype=torch.float32, device="cuda")
             args = (case.q, case.key_cache, case.value_cache, case.rel_logits, case.block_table,

@@ -11,6 +11,7 @@ import torch
 
 import inkling_ops
 from inkling_ops.testing import make_case
+from inkling_ops.tuning import candidates as tuning_candidates
 
 pytestmark = [
     pytest.mark.gpu,
@@ -189,13 +190,7 @@ def test_opt_in_configs_eager_and_graph(pdl, bias_ahead):
     torch.testing.assert_close(out[:n].float(), ref[:n], **TOL)
 
 
-def _tuning_candidates():
-    from inkling_ops.tuning import DECODE_CONFIGS, PREFILL_CONFIGS
-
-    return [("prefill", c) for c in PREFILL_CONFIGS] + [("decode", c) for c in DECODE_CONFIGS]
-
-
-@pytest.mark.parametrize("kind,config", _tuning_candidates(), ids=lambda v: str(v))
+@pytest.mark.parametrize("kind,config", tuning_candidates(), ids=lambda v: str(v))
 def test_every_tuning_candidate(kind, config):
     """Every configuration the tuner times, compiled (inline-PTX gather, register caps, two
     passes), against the reference: ragged global and sliding prefill with plain, band and

@@ -18,6 +18,7 @@ triton = pytest.importorskip("triton")
 
 import inkling_ops  # noqa: E402
 from inkling_ops.testing import make_case  # noqa: E402
+from inkling_ops.tuning import candidates as tuning_candidates  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
@@ -179,13 +180,7 @@ def _problem(case):
     )  # fmt: skip
 
 
-def _tuning_candidates():
-    from inkling_ops.tuning import DECODE_CONFIGS, PREFILL_CONFIGS
-
-    return [("prefill", c) for c in PREFILL_CONFIGS] + [("decode", c) for c in DECODE_CONFIGS]
-
-
-@pytest.mark.parametrize("kind,config", _tuning_candidates(), ids=lambda v: str(v))
+@pytest.mark.parametrize("kind,config", tuning_candidates(), ids=lambda v: str(v))
 def test_every_tuning_candidate_is_correct(kind, config):
     """Every launch configuration the tuner may pick computes the same function."""
     if kind == "prefill":

@@ -56,7 +56,7 @@ def _tile_ranges(qa_lo, qa_hi, kv_len, BLOCK_N: tl.constexpr, REL_EXTENT: tl.con
 
 
 @triton.jit
-def _tile_blocks(bt_row, j0, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+def _tile_blocks(bt_row, j0, max_blocks_per_seq, num_blocks, offs_n, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
     """Clamped KV block ids of keys [j0, j0 + BLOCK_N): a scalar when the tile lies in one page
     (PAGE >= BLOCK_N), else one per key. Safe for any j0 (the entry index is clamped too), so the
     caller can fetch the next tile's ids one iteration ahead."""
@@ -92,18 +92,26 @@ def _gather(ptrs, mask, ASM_GATHER: tl.constexpr):
 
 
 @triton.jit
-def _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT: tl.constexpr, ASM_GATHER: tl.constexpr):
+def _tile_bias(
+    rel_row_ptr, stride_re, q_pos, j0, offs_n,
+    REL_EXTENT: tl.constexpr, ASM_GATHER: tl.constexpr, INTERIOR: tl.constexpr = False,
+):  # fmt: skip
     """The bias of keys [j0, j0 + BLOCK_N): ``rel[t, h, d]`` with ``d = q_pos - j`` where
     ``0 <= d < E``, else 0. ``q_pos`` is -1 on padding rows, so they read nothing.
 
     Every access is masked by the band, so any j0 is safe (prefetching past the last tile too).
     Per element: one subtraction, one unsigned compare, one address with a per-column offset.
+    INTERIOR: the caller knows every key is in the band of every valid row; only padding rows
+    are masked.
     """
     dq = q_pos - j0  # each row's distance to key j0
-    d = dq[:, None] - offs_n[None, :]
-    in_band = d.to(tl.uint32, bitcast=True) < REL_EXTENT
+    if INTERIOR:
+        mask = (dq >= 0)[:, None] & (offs_n >= 0)[None, :]
+    else:
+        d = dq[:, None] - offs_n[None, :]
+        mask = d.to(tl.uint32, bitcast=True) < REL_EXTENT
     ptrs = (rel_row_ptr + dq * stride_re)[:, None] - (offs_n * stride_re)[None, :]
-    return _gather(ptrs, in_band, ASM_GATHER)
+    return _gather(ptrs, mask, ASM_GATHER)
 
 
 @triton.jit
@@ -146,9 +154,7 @@ def _attend_tile(
         v_off = blk * stride_vb + slots * stride_vp
     if INTERIOR:
         if not BIAS_GIVEN:
-            dq = q_pos - j0
-            ptrs = (rel_row_ptr + dq * stride_re)[:, None] - (offs_n * stride_re)[None, :]
-            bias = _gather(ptrs, (dq >= 0)[:, None] & (offs_n >= 0)[None, :], ASM_GATHER)
+            bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER, True)
         k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
         v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
@@ -202,14 +208,14 @@ def _tile_loop(
     tiles only) the next tile's bias is loaded one iteration early into loop-carried registers:
     more registers, latency hidden by a whole tile.
     """
-    blk = _tile_blocks(bt_row, lo_tile + t_lo * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
+    blk = _tile_blocks(bt_row, lo_tile + t_lo * BLOCK_N, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
     if BIAS_AHEAD:
         bias = _tile_bias(rel_row_ptr, stride_re, q_pos, lo_tile + t_lo * BLOCK_N, offs_n, REL_EXTENT, ASM_GATHER)
     else:
         bias = 0.0  # gathered inside _attend_tile
     for t in tl.range(t_lo, t_hi):
         blk_next = _tile_blocks(
-            bt_row, lo_tile + (t + 1) * BLOCK_N, kv_len, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+            bt_row, lo_tile + (t + 1) * BLOCK_N, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
         )
         if BIAS_AHEAD:
             bias_next = _tile_bias(
