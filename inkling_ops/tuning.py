@@ -59,6 +59,7 @@ PREFILL_CONFIGS = [
     # plain tiles with three tiles in flight (4 stages, 183 registers, no spills on triton 3.6).
     # Not yet timed.
     FwdConfig(64, 64, 4, 2, plain=FwdConfig(128, 64, 8, 4), bias_ahead=True),
+    FwdConfig(64, 64, 4, 2, plain=FwdConfig(128, 64, 8, 5), bias_ahead=True),  # four in flight
     # Interior band tiles without masks.
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, band_interior=True),
 ]

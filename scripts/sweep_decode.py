@@ -1,5 +1,4 @@
-"""Decode sweep on a GPU: launch configurations x split counts for the long and the sliding decode
-anchor cases, timed like the tuner (CUDA-graph replay medians, L2 flushed).
+"""Decode sweep on a GPU: launch configurations x split counts for the decode anchor cases, timed like the tuner (CUDA-graph replay medians, L2 flushed).
 
     python3 scripts/sweep_decode.py OUT.jsonl
 
@@ -20,27 +19,42 @@ from inkling_ops.testing import make_case
 from inkling_ops.tuning import DECODE_CASES, _environment, _measure
 
 
-def _cfg(block_n: int, num_warps: int, num_stages: int) -> FwdConfig:
-    return FwdConfig(16, block_n, num_warps, num_stages, asm_gather=False)
+def _cfg(block_n: int, num_warps: int, num_stages: int, max_registers: int | None = None, asm: bool = False) -> FwdConfig:
+    return FwdConfig(16, block_n, num_warps, num_stages, asm_gather=asm, max_registers=max_registers)
 
 
-#: case -> [(configuration, split counts)]
+#: case -> [(configuration, split counts)]. At dae1f7b (meta/logs/sweep_decode_dae1f7b.log) the
+#: plan crossed 2- and 3-stage configurations; Triton 3.6 gives the 16-row decode tile (mma v2)
+#: only one K/V buffer at 2 stages (the next tile's copy is issued after the current tile's last
+#: use), so this plan adds 4 and 6 stages (3 and 5 buffers, kernel_report) and register caps.
 PLAN = {
     "decode_b1_128k": [
         (_cfg(64, 4, 2), [256, 512]),  # the default configuration
-        (_cfg(128, 4, 2), [128, 256, 512]),
-        (_cfg(128, 4, 3), [128, 256]),
-        (_cfg(64, 2, 2), [256, 512]),
-        (_cfg(128, 8, 2), [256]),
-        (_cfg(256, 8, 2), [128, 256]),
+        (_cfg(64, 4, 4), [128, 256, 512]),
         (_cfg(32, 4, 4), [256, 512]),
+        (_cfg(32, 4, 6), [256, 512]),
+        (_cfg(64, 4, 3, 168), [256, 512]),
+        (_cfg(64, 4, 4, 128), [256, 512]),
+        (_cfg(32, 4, 4, 128), [256, 512]),
+        (_cfg(64, 8, 4), [128, 256]),
+        (_cfg(64, 4, 4, asm=True), [256]),
     ],
     "decode_b64_8k_local": [
         (_cfg(64, 4, 2), [1, 2]),  # the default configuration
-        (_cfg(128, 4, 2), [1, 2]),
-        (_cfg(32, 4, 3), [2, 4]),
-        (_cfg(64, 2, 2), [2]),
-        (_cfg(256, 8, 2), [1, 2]),
+        (_cfg(64, 4, 4), [1, 2, 4]),
+        (_cfg(32, 4, 4), [2, 4]),
+        (_cfg(32, 4, 6), [1, 2, 4]),
+        (_cfg(64, 4, 3, 168), [2]),
+        (_cfg(64, 4, 4, 128), [2, 4]),
+        (_cfg(64, 4, 4, asm=True), [2]),
+    ],
+    "decode_b64_8k": [
+        (_cfg(64, 4, 2), [4]),  # the default configuration
+        (_cfg(64, 4, 4), [4, 8]),
+        (_cfg(32, 4, 4), [4, 8]),
+        (_cfg(32, 4, 6), [4]),
+        (_cfg(64, 4, 4, 128), [4]),
+        (_cfg(64, 4, 4, asm=True), [4]),
     ],
 }
 
