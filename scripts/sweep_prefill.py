@@ -1,0 +1,71 @@
+"""Prefill sweep on a GPU: chosen launch configurations per (case, page size), timed like the tuner
+(``triton.testing.do_bench`` medians, L2 flushed), each checked against the default's output.
+
+    python3 scripts/sweep_prefill.py OUT.jsonl
+
+Where ``python -m inkling_ops.tuning`` times one fixed candidate list on every case and page
+size, this times a plan per case and page: here, one-pass configurations at page 16, where
+the two-pass default's plain pass is ~30% slower than at page 128 (meta/logs/passes_*.log).
+Writes one tuner-style record per point (append them to meta/tuning_records.jsonl). Used for
+meta/logs/sweep_prefill_*.log.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from inkling_ops.kernels.triton_configs import FwdConfig
+from inkling_ops.testing import make_case
+from inkling_ops.tuning import PREFILL_CASES, _environment, _measure
+
+_PLAIN = FwdConfig(128, 128, 8, 3)
+
+
+def _one(block_m: int, block_n: int, num_warps: int, num_stages: int, max_registers: int | None = None) -> FwdConfig:
+    """A one-pass configuration (plain tiles in the same launch), the bias gathered one tile ahead."""
+    return FwdConfig(block_m, block_n, num_warps, num_stages, bias_ahead=True, max_registers=max_registers)
+
+
+_ONE_PASS_16 = [
+    _one(64, 32, 4, 3),
+    _one(64, 32, 4, 4),
+    _one(64, 32, 4, 5),
+    _one(64, 32, 4, 3, 168),
+    _one(64, 32, 4, 2, 168),
+    _one(64, 16, 4, 4),
+    _one(64, 64, 4, 3),
+    # Two passes with 64-key plain tiles (four in flight) and a 32-key band.
+    FwdConfig(64, 32, 4, 3, plain=FwdConfig(128, 64, 8, 4), bias_ahead=True),
+]
+
+#: (case, page) -> configurations; the case's default (fwd_config) is always timed first.
+PLAN = {
+    ("prefill8k_global", 16): _ONE_PASS_16,
+    ("chunk2k_on16k_x4", 16): _ONE_PASS_16,
+    ("prefill8k_global", 128): [_one(64, 32, 4, 3), _one(64, 32, 4, 3, 168), _one(64, 16, 4, 4)],
+    ("prefill8k_local", 16): [_one(64, 32, 4, 3, 168), _one(64, 32, 4, 3), _one(64, 16, 4, 4), _one(64, 32, 4, 4, 168)],
+}
+
+
+def main(out_path: str) -> None:
+    if not torch.cuda.is_available():
+        raise SystemExit("sweep_prefill needs a CUDA device")
+    env = _environment()
+    records = []
+    for (name, page), configs in PLAN.items():
+        case = make_case(**PREFILL_CASES[name], head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
+        default = case.triton_config()
+        expected = torch.zeros_like(case.q)
+        case.run_triton(expected, num_splits=1, config=default)
+        for config in [default, *configs]:
+            records.append(_measure(case, expected, name, "prefill", page, 1, config, True, env))
+    with open(out_path, "w") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
