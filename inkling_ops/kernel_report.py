@@ -193,7 +193,7 @@ def _score_tile_conversions(ttgir: str, block_n: int) -> int:
 #: (name, group, page, rel_extent, window_left, max_seqlen_q bucket) of the anchor cases.
 ANCHOR_VARIANTS = [
     ("prefill global 8/1", 8, 128, 1024, -1, 8192),
-    ("prefill global 8/1", 8, 16, 1024, -1, 8192),
+    ("prefill global 8/1", 8, 16, 1024, -1, 8192),  # one pass: pages smaller than TWO_PASS_MIN_PAGE
     ("prefill sliding 8/2", 4, 128, 512, 511, 8192),
     ("decode global 8/1", 8, 128, 1024, -1, 1),
     ("decode global 8/1", 8, 16, 1024, -1, 1),
@@ -206,8 +206,9 @@ def default_variants() -> list[tuple[str, dict]]:
     variants = []
     for name, group, page, extent, window, bucket in ANCHOR_VARIANTS:
         config = fwd_config(
-            head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket, window_left=window, rel_extent=extent
-        )
+            head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket, window_left=window, rel_extent=extent,
+            page_size=page,
+        )  # fmt: skip
         common = dict(group=group, page=page, rel_extent=extent, window_left=window)
         label = f"{name} page {page}"
         if bucket <= 16:

@@ -66,7 +66,7 @@ class RelAttnCase:
         return fwd_config(
             head_dim=self.q.shape[2], q_per_kv=self.q.shape[1] // self.key_cache.shape[2],
             max_seqlen_q_bucket=bucket_max_seqlen_q(self.max_seqlen_q), window_left=self.window_size[0],
-            rel_extent=self.rel_logits.shape[-1],
+            rel_extent=self.rel_logits.shape[-1], page_size=self.key_cache.shape[1],
         )  # fmt: skip
 
     def to(self, device: str | torch.device) -> RelAttnCase:

@@ -6,25 +6,29 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inkling_ops.kernels.triton_configs import DECODE_MAX_Q, FwdConfig, fwd_config
+from inkling_ops.kernels.triton_configs import DECODE_MAX_Q, TWO_PASS_MIN_PAGE, FwdConfig, fwd_config
 
 PLAIN = FwdConfig(128, 128, 8, 3)
 
 # (id, fwd_config kwargs, expected): the anchor layers, as tuned on the H200 (meta/TUNING.md).
 PINNED = [
-    ("decode_global_8_1", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=1, window_left=-1, rel_extent=1024),
+    ("decode_global_8_1", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=1, window_left=-1, rel_extent=1024, page_size=16),
      FwdConfig(16, 64, 4, 2, asm_gather=False)),
-    ("decode_sliding_8_2", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=1, window_left=511, rel_extent=512),
+    ("decode_sliding_8_2", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=1, window_left=511, rel_extent=512, page_size=128),
      FwdConfig(16, 64, 4, 2, asm_gather=False)),
-    ("spec_verify_16_rows", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=16, window_left=-1, rel_extent=1024),
+    ("spec_verify_16_rows", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=16, window_left=-1, rel_extent=1024, page_size=128),
      FwdConfig(64, 64, 4, 2, asm_gather=False)),
-    ("prefill_global", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=8192, window_left=-1, rel_extent=1024),
+    ("prefill_global", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=8192, window_left=-1, rel_extent=1024, page_size=128),
      FwdConfig(64, 64, 4, 2, plain=PLAIN, bias_ahead=True)),
-    ("prefill_sliding_inside_E", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=8192, window_left=511, rel_extent=512),
+    ("prefill_sliding_inside_E", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=8192, window_left=511, rel_extent=512, page_size=128),
      FwdConfig(64, 32, 4, 2, bias_ahead=True, max_registers=168)),
-    ("prefill_window_wider_than_E", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=4096, window_left=200, rel_extent=64),
+    ("prefill_window_wider_than_E", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=4096, window_left=200, rel_extent=64, page_size=128),
      FwdConfig(64, 64, 4, 2, plain=PLAIN, bias_ahead=True)),
-    ("prefill_head_dim_256", dict(head_dim=256, q_per_kv=2, max_seqlen_q_bucket=1024, window_left=-1, rel_extent=1024),
+    ("prefill_global_page_16", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=8192, window_left=-1, rel_extent=1024, page_size=16),
+     FwdConfig(64, 64, 4, 3)),
+    ("prefill_sliding_inside_E_page_16", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=8192, window_left=511, rel_extent=512, page_size=16),
+     FwdConfig(64, 32, 4, 2, bias_ahead=True, max_registers=168)),
+    ("prefill_head_dim_256", dict(head_dim=256, q_per_kv=2, max_seqlen_q_bucket=1024, window_left=-1, rel_extent=1024, page_size=128),
      FwdConfig(64, 32, 4, 2)),
 ]  # fmt: skip
 
@@ -40,14 +44,16 @@ def test_pinned(kwargs, expected):
     bucket_log2=st.integers(0, 17),
     window_left=st.integers(-1, 5000),
     rel_extent=st.integers(1, 4096),
+    page_size=st.sampled_from([1, 8, 16, 32, 64, 128, 256]),
 )
-def test_tiles_fit_and_nest(head_dim, q_per_kv, bucket_log2, window_left, rel_extent):
+def test_tiles_fit_and_nest(head_dim, q_per_kv, bucket_log2, window_left, rel_extent, page_size):
     """Every configuration holds all query heads of a KV head in one program, and a two-pass
     configuration's tiles divide the plain pass's (launch_rel_attn_fwd requires it)."""
     bucket = 1 << bucket_log2
     config = fwd_config(
-        head_dim=head_dim, q_per_kv=q_per_kv, max_seqlen_q_bucket=bucket, window_left=window_left, rel_extent=rel_extent
-    )
+        head_dim=head_dim, q_per_kv=q_per_kv, max_seqlen_q_bucket=bucket, window_left=window_left, rel_extent=rel_extent,
+        page_size=page_size,
+    )  # fmt: skip
     g_pad = 1 << max(0, q_per_kv - 1).bit_length()
     assert config.block_m >= g_pad and config.block_m % g_pad == 0
     if bucket <= DECODE_MAX_Q:
@@ -57,3 +63,5 @@ def test_tiles_fit_and_nest(head_dim, q_per_kv, bucket_log2, window_left, rel_ex
         assert (config.plain.block_m // g_pad) % (config.block_m // g_pad) == 0
     if 0 <= window_left < rel_extent and bucket > DECODE_MAX_Q:
         assert config.plain is None  # every tile is a band tile: one launch
+    if page_size < TWO_PASS_MIN_PAGE:
+        assert config.plain is None  # plain tiles spanning several pages: one launch

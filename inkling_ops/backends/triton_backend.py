@@ -68,6 +68,7 @@ class TritonBackend(Backend):
             max_seqlen_q_bucket=bucket_max_seqlen_q(problem.max_seqlen_q),
             window_left=problem.window_left,
             rel_extent=problem.rel_extent,
+            page_size=problem.page_size,
         )
         run_triton(
             q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits, out,

@@ -44,18 +44,34 @@ class FwdConfig:
 DECODE_MAX_Q = 16
 
 
+#: Global prefill runs in one launch (no separate plain pass) when pages hold fewer keys than
+#: this: the plain pass's 128-key tiles then span several pages and ran ~30% slower than with
+#: one page per tile (meta/TUNING.md).
+TWO_PASS_MIN_PAGE = 64
+
+
 def fwd_config(
-    *, head_dim: int, q_per_kv: int, max_seqlen_q_bucket: int, window_left: int = -1, rel_extent: int = 0
+    *,
+    head_dim: int,
+    q_per_kv: int,
+    max_seqlen_q_bucket: int,
+    page_size: int,
+    window_left: int = -1,
+    rel_extent: int = 0,
 ) -> FwdConfig:
     """The forward kernel's configuration for one compile key.
 
     - Decode / speculative verify (bucket <= 16): a program holds every query row of its KV head
       (up to 64 rows) and streams 64-key tiles, one tile in flight, the bias gathered with
       ``tl.load`` (the inline-PTX gather measured 3-15% slower on every decode anchor case).
-    - Prefill at head_dim <= 128, global layers (and windows wider than the bias extent): two
-      launches. The plain tiles run in 128-row / 128-key / 8-warp programs with three stages;
-      then the window-edge, bias-band and diagonal tiles in 64-row / 64-key / 4-warp programs
-      with two stages, each tile's bias gathered (inline PTX) one tile ahead.
+    - Prefill at head_dim <= 128, global layers (and windows wider than the bias extent), pages
+      of at least ``TWO_PASS_MIN_PAGE`` keys: two launches. The plain tiles run in 128-row /
+      128-key / 8-warp programs with three stages; then the window-edge, bias-band and
+      diagonal tiles in 64-row / 64-key / 4-warp programs with two stages, each tile's bias
+      gathered (inline PTX) one tile ahead.
+    - The same layers with smaller pages: one launch of 64-row / 64-key / 4-warp programs with
+      three stages (at page 16: 8K 415 us against 514 for the two launches, 32K 5.32 ms
+      against 5.90, chunked 1.31 ms against 1.46).
     - Prefill of a sliding layer whose window lies inside the bias extent (every tile is a band
       tile, one launch): 64-row / 32-key / 4-warp programs with two stages, the bias one tile
       ahead, and at most 168 registers per thread, so three programs share an SM.
@@ -75,6 +91,8 @@ def fwd_config(
             return FwdConfig(
                 block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=2, bias_ahead=True, max_registers=168
             )
+        if page_size < TWO_PASS_MIN_PAGE:
+            return FwdConfig(block_m=max(64, g_pad), block_n=64, num_warps=4, num_stages=3)
         plain = FwdConfig(block_m=max(128, g_pad), block_n=128, num_warps=8, num_stages=3)
         return FwdConfig(block_m=max(64, g_pad), block_n=64, num_warps=4, num_stages=2, plain=plain, bias_ahead=True)
     return FwdConfig(block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=2)
