@@ -1,7 +1,7 @@
 """Prefill sweep on a GPU: chosen launch configurations per (case, page size), timed like the tuner
 (``triton.testing.do_bench`` medians, L2 flushed), each checked against the default's output.
 
-    python3 scripts/sweep_prefill.py OUT.jsonl
+    python3 scripts/sweep_prefill.py OUT.jsonl [PLAN]     # PLAN: one of PLANS (default "page16")
 
 Where ``python -m inkling_ops.tuning`` times one fixed candidate list on every case and page
 size, this times a plan per case and page: here, one-pass configurations at page 16, where
@@ -41,26 +41,56 @@ _ONE_PASS_16 = [
     FwdConfig(64, 32, 4, 3, plain=FwdConfig(128, 64, 8, 4), bias_ahead=True),
 ]
 
-#: (case, page) -> configurations; the case's default (fwd_config) is always timed first.
-PLAN = {
-    ("prefill8k_global", 16): _ONE_PASS_16,
-    ("chunk2k_on16k_x4", 16): _ONE_PASS_16,
-    ("prefill8k_global", 128): [_one(64, 32, 4, 3), _one(64, 32, 4, 3, 168), _one(64, 16, 4, 4)],
-    ("prefill8k_local", 16): [_one(64, 32, 4, 3, 168), _one(64, 32, 4, 3), _one(64, 16, 4, 4), _one(64, 32, 4, 4, 168)],
+#: plan name -> {(case, page): configurations}; the case's default (fwd_config) is always timed
+#: first. "page16" (4cef147) and "followup" (same visit) chose the page-16 one-pass default;
+#: "page64" (96b4ca0) the page-64 threshold; "address" checks one pass at every page size.
+_F = FwdConfig
+PLANS = {
+    "page16": {
+        ("prefill8k_global", 16): _ONE_PASS_16,
+        ("chunk2k_on16k_x4", 16): _ONE_PASS_16,
+        ("prefill8k_global", 128): [_one(64, 32, 4, 3), _one(64, 32, 4, 3, 168), _one(64, 16, 4, 4)],
+        ("prefill8k_local", 16): [_one(64, 32, 4, 3, 168), _one(64, 32, 4, 3), _one(64, 16, 4, 4), _one(64, 32, 4, 4, 168)],
+    },
+    "followup": {
+        ("prefill8k_global", 16): [
+            _one(64, 64, 4, 3), _F(64, 64, 4, 3), _one(64, 64, 4, 4), _one(128, 64, 8, 3),
+            _F(64, 64, 4, 3, bias_ahead=True, plain=_F(128, 64, 8, 4)), _F(64, 64, 4, 3, bias_ahead=True, plain=_PLAIN),
+        ],
+        ("prefill8k_global", 128): [_one(64, 64, 4, 3), _F(64, 64, 4, 3, bias_ahead=True, plain=_PLAIN), _F(64, 64, 4, 3),
+                                    _F(64, 64, 4, 3, max_registers=240)],
+        ("chunk2k_on16k_x4", 16): [_F(64, 64, 4, 3), _one(64, 64, 4, 4)],
+        ("chunk2k_on16k_x4", 128): [_F(64, 64, 4, 3)],
+        ("prefill32k_global", 16): [_F(64, 64, 4, 3)],
+        ("prefill32k_global", 128): [_F(64, 64, 4, 3)],
+    },
+    "page64": {
+        ("prefill8k_global", 64): [_F(64, 64, 4, 3)],
+        ("chunk2k_on16k_x4", 64): [_F(64, 64, 4, 3)],
+    },
+    "address": {
+        (case, page): [_F(64, 64, 4, 3), _F(64, 64, 4, 2, plain=_PLAIN, bias_ahead=True)]
+        for case in ("prefill8k_global", "chunk2k_on16k_x4", "prefill32k_global")
+        for page in (16, 64, 128)
+    },
+}  # fmt: skip
+CASES = {
+    **PREFILL_CASES,
+    "prefill32k_global": dict(q_lens=[32768], kv_lens=[32768], num_heads=8, num_kv_heads=1, rel_extent=1024),
 }
 
 
-def main(out_path: str) -> None:
+def main(out_path: str, plan: str = "page16") -> None:
     if not torch.cuda.is_available():
         raise SystemExit("sweep_prefill needs a CUDA device")
     env = _environment()
     records = []
-    for (name, page), configs in PLAN.items():
-        case = make_case(**PREFILL_CASES[name], head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
+    for (name, page), configs in PLANS[plan].items():
+        case = make_case(**CASES[name], head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
         default = case.triton_config()
         expected = torch.zeros_like(case.q)
         case.run_triton(expected, num_splits=1, config=default)
-        for config in [default, *configs]:
+        for config in [default, *(c for c in configs if c != default)]:
             records.append(_measure(case, expected, name, "prefill", page, 1, config, True, env))
     with open(out_path, "w") as f:
         for record in records:
@@ -68,4 +98,4 @@ def main(out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
