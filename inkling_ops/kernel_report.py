@@ -82,7 +82,7 @@ def compile_fwd_sm90(
         BLOCK_N=config.block_n, DOT_PRECISION="tf32", PASS=fwd_pass, P1_BLOCK_Q=p1_block_q,
         P1_BLOCK_N=pass1_config.block_n if fwd_pass == 2 else 1, BIAS_AHEAD=config.bias_ahead,
         PDL=config.pdl and num_splits > 1, BAND_INTERIOR=config.band_interior, ASM_GATHER=config.asm_gather,
-        KV_SAME_STRIDES=True,
+        KV_SAME_STRIDES=True, KV_ROW_I32=True,
     )  # fmt: skip
     params = list(inspect.signature(rel_attn_fwd_kernel.fn).parameters)
     missing = [p for p in params if p.isupper() and p not in constexprs]
@@ -193,7 +193,7 @@ def _score_tile_conversions(ttgir: str, block_n: int) -> int:
 #: (name, group, page, rel_extent, window_left, max_seqlen_q bucket) of the anchor cases.
 ANCHOR_VARIANTS = [
     ("prefill global 8/1", 8, 128, 1024, -1, 8192),
-    ("prefill global 8/1", 8, 16, 1024, -1, 8192),  # one pass: pages smaller than TWO_PASS_MIN_PAGE
+    ("prefill global 8/1", 8, 16, 1024, -1, 8192),  # one launch: pages smaller than TWO_PASS_MIN_PAGE
     ("prefill sliding 8/2", 4, 128, 512, 511, 8192),
     ("decode global 8/1", 8, 128, 1024, -1, 1),
     ("decode global 8/1", 8, 16, 1024, -1, 1),

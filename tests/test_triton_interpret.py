@@ -160,6 +160,38 @@ def test_triton_is_not_cpu_default():
     assert problem_backend.name == "reference" and key.backend == "reference"
 
 
+@pytest.mark.parametrize("num_splits", [1, 3], ids=lambda n: f"splits{n}")
+def test_value_cache_laid_out_unlike_key_cache(num_splits):
+    """V pages stored head-major (other strides than K's) at page 16: the kernel takes the
+    general per-key address path (no offsets shared with K, no int32 row index)."""
+    import dataclasses
+
+    case = make_case(q_lens=[5, 1, 30], kv_lens=[70, 33, 100], rel_extent=24, num_heads=4, num_kv_heads=2)
+    value_cache = case.value_cache.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+    assert value_cache.stride() != case.key_cache.stride()
+    case = dataclasses.replace(case, value_cache=value_cache)
+    _check(case, lambda out: inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=num_splits, out=out))
+
+
+def test_key_rows_fit_int32():
+    """The int32 row index (KV_ROW_I32) is used only when block strides are whole numbers of slot
+    strides and every row number stays below 2**31."""
+    from inkling_ops.kernels.triton_fwd import _key_rows_fit_int32
+
+    def cache(num_blocks, page=16, heads=1, dim=128, packed=False):
+        shape = (num_blocks, 2, page, heads, dim) if packed else (num_blocks, page, heads, dim)
+        t = torch.empty(shape, device="meta", dtype=torch.bfloat16)
+        return t[:, 0] if packed else t
+
+    assert _key_rows_fit_int32(cache(1000))
+    assert _key_rows_fit_int32(cache(1000, packed=True))  # 2 * page rows per block
+    assert _key_rows_fit_int32(cache((2**31 - 1) // 16))
+    assert not _key_rows_fit_int32(cache(2**27))  # 2**31 rows
+    assert not _key_rows_fit_int32(cache(2**26, packed=True))  # 2**26 blocks x 32 rows
+    odd = torch.empty((10, 16, 3, 130), device="meta").as_strided((10, 16, 2, 128), (16 * 3 * 130 + 7, 3 * 130, 130, 1))
+    assert not _key_rows_fit_int32(odd)  # a block stride that is not a whole number of slots
+
+
 def test_invalid_metadata_stays_in_bounds():
     """Garbage metadata (unchecked mode) must not fault: clamped reads, no stray writes."""
     case = make_case(q_lens=[4, 3], kv_lens=[20, 9], extra_tokens=3)

@@ -45,9 +45,9 @@ DECODE_MAX_Q = 16
 
 
 #: Global prefill runs in one launch (no separate plain pass) when pages hold fewer keys than
-#: this: the plain pass's 128-key tiles then span several pages and ran ~30% slower than with
-#: one page per tile (meta/TUNING.md).
-TWO_PASS_MIN_PAGE = 64
+#: this: the plain pass's 128-key tiles then span several pages, and one launch of 64-key tiles
+#: measured faster at pages 16 and 64 (meta/TUNING.md).
+TWO_PASS_MIN_PAGE = 128
 
 
 def fwd_config(
@@ -70,8 +70,9 @@ def fwd_config(
       diagonal tiles in 64-row / 64-key / 4-warp programs with two stages, each tile's bias
       gathered (inline PTX) one tile ahead.
     - The same layers with smaller pages: one launch of 64-row / 64-key / 4-warp programs with
-      three stages (at page 16: 8K 415 us against 514 for the two launches, 32K 5.32 ms
-      against 5.90, chunked 1.31 ms against 1.46).
+      three stages (page 16: 8K 415 us against 514 for the two launches, 32K 5.32 ms against
+      5.90, chunked 1.31 ms against 1.46; page 64: 8K 369 us against 473, chunked 1.12 ms
+      against 1.29).
     - Prefill of a sliding layer whose window lies inside the bias extent (every tile is a band
       tile, one launch): 64-row / 32-key / 4-warp programs with two stages, the bias one tile
       ahead, and at most 168 registers per thread, so three programs share an SM.

@@ -63,8 +63,9 @@ def _tile_blocks(bt_row, j0, max_blocks_per_seq, num_blocks, offs_n, PAGE: tl.co
     if PAGE >= BLOCK_N:
         blk = tl.load(bt_row + tl.minimum(j0 // PAGE, max_blocks_per_seq - 1))
     else:
-        # No mask: the entry index is clamped, and keys past kv_len are masked where K/V load.
-        blk = tl.load(bt_row + tl.minimum((j0 + offs_n) // PAGE, max_blocks_per_seq - 1))
+        # j0 is a multiple of BLOCK_N, so of PAGE: a scalar page plus a constant per key. No
+        # mask: the entry index is clamped, and keys past kv_len are masked where K/V load.
+        blk = tl.load(bt_row + tl.minimum(j0 // PAGE + offs_n // PAGE, max_blocks_per_seq - 1))
     return tl.minimum(tl.maximum(blk, 0), num_blocks - 1)
 
 
@@ -123,7 +124,7 @@ def _attend_tile(
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, ASM_GATHER: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, INTERIOR: tl.constexpr = False,
+    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, INTERIOR: tl.constexpr = False,
 ):  # fmt: skip
     """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
 
@@ -140,18 +141,28 @@ def _attend_tile(
     ``k_ptr``/``v_ptr`` already point at this program's KV head.
     """
     keys = j0 + offs_n
-    blk = blk.to(tl.int64)
-    if PAGE >= BLOCK_N:
-        slots = ((j0 % PAGE) + offs_n).to(tl.int64)
-    else:
-        slots = (keys % PAGE).to(tl.int64)
-    k_off = blk * stride_kb + slots * stride_kp
-    if KV_SAME_STRIDES and PAGE < BLOCK_N:
-        # K and V pages laid out alike (the usual case): one per-key address computation. (With
-        # one page per tile the addresses are cheap, and sharing them made ptxas spill.)
+    if PAGE < BLOCK_N and KV_ROW_I32:
+        # Pages smaller than a tile, K and V alike, every key row of the cache numbered in int32
+        # (see launch_rel_attn_fwd): one 32-bit multiply-add and one widening multiply per key.
+        # j0 is a multiple of PAGE, so a key's slot is its offset in the tile modulo PAGE.
+        rows = blk * (stride_kb // stride_kp) + offs_n % PAGE
+        # Both factors are non-negative 32-bit values: zero-extended, their product is one
+        # widening multiply (a sign-extended one costs ~7 instructions per key).
+        k_off = rows.to(tl.uint32).to(tl.int64) * stride_kp.to(tl.uint32).to(tl.int64)
         v_off = k_off
     else:
-        v_off = blk * stride_vb + slots * stride_vp
+        blk = blk.to(tl.int64)
+        if PAGE >= BLOCK_N:
+            slots = ((j0 % PAGE) + offs_n).to(tl.int64)
+        else:
+            slots = (keys % PAGE).to(tl.int64)
+        k_off = blk * stride_kb + slots * stride_kp
+        if KV_SAME_STRIDES and PAGE < BLOCK_N:
+            # K and V pages laid out alike (the usual case): one per-key address computation.
+            # (With one page per tile the addresses are cheap, and sharing them made ptxas spill.)
+            v_off = k_off
+        else:
+            v_off = blk * stride_vb + slots * stride_vp
     if INTERIOR:
         if not BIAS_GIVEN:
             bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER, True)
@@ -196,7 +207,7 @@ def _tile_loop(
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, FULL: tl.constexpr, BIAS_AHEAD: tl.constexpr, ASM_GATHER: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, INTERIOR: tl.constexpr = False,
+    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, INTERIOR: tl.constexpr = False,
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) of one kind (see :func:`_attend_tile`): plain (FULL=False), masked and
     biased (FULL=True), or interior band tiles (FULL and INTERIOR, see :func:`_masked_tiles`).
@@ -225,7 +236,7 @@ def _tile_loop(
             acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
             stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
             offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, ASM_GATHER,
-            KV_SAME_STRIDES, INTERIOR,
+            KV_SAME_STRIDES, KV_ROW_I32, INTERIOR,
         )  # fmt: skip
         blk = blk_next
         if BIAS_AHEAD:
@@ -242,7 +253,7 @@ def _masked_tiles(
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr,
+    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr,
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) that need masks or the bias. With BAND_INTERIOR the interior band tiles
     among them (keys <= every row's position, distances < E and inside the window for every row)
@@ -261,21 +272,21 @@ def _masked_tiles(
         acc, m_i, l_i, q, t_lo, t_i0, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
         k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
         rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES,
+        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32,
     )  # fmt: skip
     if BAND_INTERIOR:
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i0, t_i1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32,
             True,
         )  # fmt: skip
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32,
         )  # fmt: skip
     return acc, m_i, l_i
 
@@ -296,7 +307,7 @@ def rel_attn_fwd_kernel(
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
-    PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr,
+    PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -405,21 +416,21 @@ def rel_attn_fwd_kernel(
             acc, m_i, l_i, q, ta0, ta1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32,
         )  # fmt: skip
     if PASS != 2:
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, tp0, tp1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False, ASM_GATHER, KV_SAME_STRIDES,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32,
         )  # fmt: skip
     if PASS != 1:
         acc, m_i, l_i = _masked_tiles(
             acc, m_i, l_i, q, tb0, tb1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32,
         )  # fmt: skip
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
@@ -448,6 +459,16 @@ def _can_run_ptx(rel_logits: torch.Tensor) -> bool:
     """Whether the bias gather may be inline PTX: compiled for a CUDA device (not Triton's
     interpreter) and a 16-bit ``rel_logits``."""
     return not _INTERPRETED and rel_logits.is_cuda and rel_logits.element_size() == 2
+
+
+def _key_rows_fit_int32(key_cache: torch.Tensor) -> bool:
+    """Whether every key row of the cache has an int32 index ``block * rows_per_block + slot``
+    with ``rows_per_block = stride(0) // stride(1)`` (the kernel's ``KV_ROW_I32``): the block
+    stride is a whole number of slot strides, and the indices stay below 2**31."""
+    block_stride, slot_stride = key_cache.stride(0), key_cache.stride(1)
+    if slot_stride <= 0 or block_stride % slot_stride:
+        return False
+    return key_cache.shape[0] * (block_stride // slot_stride) < 2**31
 
 
 def launch_rel_attn_fwd(
@@ -513,6 +534,7 @@ def launch_rel_attn_fwd(
     else:
         p_out = p_lse = out  # unused
         p_strides = (0, 0, 0)
+    same_strides = key_cache.stride(0) == value_cache.stride(0) and key_cache.stride(1) == value_cache.stride(1)
     grid = (triton.cdiv(max_seqlen_q, block_m // g_pad), num_splits, num_reqs * num_kv_heads)
     args = (
         q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out, p_out, p_lse,
@@ -529,7 +551,7 @@ def launch_rel_attn_fwd(
         block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
         fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl, config.band_interior,
         config.asm_gather and _can_run_ptx(rel_logits),
-        key_cache.stride(0) == value_cache.stride(0) and key_cache.stride(1) == value_cache.stride(1),
+        same_strides, same_strides and _key_rows_fit_int32(key_cache),
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
