@@ -25,7 +25,9 @@ What one run does, per case (anchors.md / bench_cases.json) and page size:
    request (relative L2 error; above ``--tol`` (2e-2) the result is flagged but still timed).
 4. Times it: ``triton.testing.do_bench(..., return_mode="median")`` (L2 flushed before every
    call) or, with ``--cuda-graph``, CUDA-graph replay for decode cases (L2 flushed before every
-   replay). Also records the first-call time (includes compiles) and the device memory one warm
+   replay); ``--cuda-graph-prefill`` times prefill cases by replay too. do_bench launches each
+   call eagerly, so a case whose GPU time is near the peer's host launch cost (~100-200 us for
+   ours and flash-attn-4, more on a busy host) measures the host: the 8K sliding prefill did. Also records the first-call time (includes compiles) and the device memory one warm
    call allocates beyond its inputs (``torch.cuda.max_memory_allocated`` delta).
 5. Measures eager host overhead per call on a tiny decode (see :func:`measure_host_overhead`).
 
@@ -795,6 +797,7 @@ class TimingConfig:
     graph_reps: int = 100
     cpu_reps: int = 5
     cuda_graph: bool = False
+    cuda_graph_prefill: bool = False
     host_calls: int = 500
 
 
@@ -861,7 +864,7 @@ def time_peer(prepared: Prepared, case: BenchCase, cfg: TimingConfig, device: to
     if device.type != "cuda":
         return time_cpu(prepared.fn, cfg), f"cpu wall clock, median of {cfg.cpu_reps}"
     do_bench_method = f"triton do_bench median (L2 flushed), warmup={cfg.warmup_ms}ms rep={cfg.rep_ms}ms"
-    if cfg.cuda_graph and case.is_decode:
+    if (cfg.cuda_graph and case.is_decode) or (cfg.cuda_graph_prefill and not case.is_decode):
         if not prepared.capturable:
             return time_do_bench(prepared.fn, cfg), do_bench_method + " (not capturable: host-synchronizing backend)"
         try:
@@ -1381,6 +1384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-ms", type=int, default=None, help="do_bench warmup (default 25, --quick 5)")
     p.add_argument("--rep-ms", type=int, default=None, help="do_bench rep (default 100, --quick 25)")
     p.add_argument("--cuda-graph", action="store_true", help="time decode cases by CUDA-graph replay")
+    p.add_argument("--cuda-graph-prefill", action="store_true", help="time prefill cases by CUDA-graph replay too (no host launch cost in short prefills)")
     p.add_argument("--flex-mode", default="auto", choices=("auto", "compile", "eager"), help="FlexAttention compiled or eager (auto: compiled on CUDA)")
     p.add_argument("--no-host-overhead", action="store_true", help="skip the eager host-overhead measurement")
     p.add_argument("--smoke", action="store_true", help="tiny versions of the cases, few repetitions (for CPU checks); writes records only with --out/--records")
@@ -1431,6 +1435,7 @@ def timing_config(args: argparse.Namespace) -> TimingConfig:
         graph_reps=20 if quick else 100,
         cpu_reps=2 if args.smoke else 5,
         cuda_graph=args.cuda_graph,
+        cuda_graph_prefill=args.cuda_graph_prefill,
         host_calls=100 if quick else 500,
     )
 

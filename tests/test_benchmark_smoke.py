@@ -272,3 +272,24 @@ def test_git_state_dirty_flag_only_for_a_checkout_of_that_sha():
     sha, dirty = git_state(head[:7])
     assert sha == head[:7] and dirty in (True, False)
     assert git_state("0000000") == ("0000000", None)
+
+
+@pytest.mark.parametrize(
+    "decode,graph,graph_prefill,expected",
+    [
+        (True, False, False, "do_bench"),
+        (True, True, False, "graph"),
+        (False, True, False, "do_bench"),  # --cuda-graph alone times prefill eagerly
+        (False, True, True, "graph"),
+        (False, False, True, "graph"),
+        (True, False, True, "do_bench"),
+    ],
+)
+def test_time_peer_uses_graph_replay_where_asked(monkeypatch, decode, graph, graph_prefill, expected):
+    """``--cuda-graph`` covers decode cases, ``--cuda-graph-prefill`` prefill cases."""
+    monkeypatch.setattr(bm, "time_cuda_graph", lambda fn, cfg, device: 1.0)
+    monkeypatch.setattr(bm, "time_do_bench", lambda fn, cfg: 2.0)
+    case = next(c for c in bm.load_cases(None)[0] if c.is_decode == decode)
+    cfg = bm.TimingConfig(cuda_graph=graph, cuda_graph_prefill=graph_prefill)
+    ms, method = bm.time_peer(bm.Prepared(fn=lambda: None), case, cfg, torch.device("cuda"))
+    assert (ms, method.split()[0]) == ((1.0, "CUDA") if expected == "graph" else (2.0, "triton"))
