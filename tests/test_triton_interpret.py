@@ -173,6 +173,22 @@ def test_value_cache_laid_out_unlike_key_cache(num_splits):
     _check(case, lambda out: inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=num_splits, out=out))
 
 
+@pytest.mark.parametrize("packed_kv", [False, True], ids=["separate", "packed"])
+def test_slot_stride_not_a_power_of_two(packed_kv):
+    """Three KV heads per slot (slot stride 3 * D): the int32 row index with a runtime widening
+    multiply instead of a shift (KV_SLOT_SHIFT = -1)."""
+    case = make_case(q_lens=[5, 1, 20], kv_lens=[50, 21, 90], rel_extent=24, num_heads=6, num_kv_heads=3, packed_kv=packed_kv)
+    assert case.key_cache.stride(1) == 3 * case.q.shape[2]
+    _check(case, lambda out: inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=2, out=out))
+
+
+def test_slot_shift():
+    from inkling_ops.kernels.triton_fwd import _slot_shift
+
+    assert [_slot_shift(n) for n in (1, 2, 64, 128, 256, 1024)] == [0, 1, 6, 7, 8, 10]
+    assert [_slot_shift(n) for n in (0, -4, 3, 192, 384)] == [-1] * 5
+
+
 def test_key_rows_fit_int32():
     """The int32 row index (KV_ROW_I32) is used only when block strides are whole numbers of slot
     strides and every row number stays below 2**31."""
