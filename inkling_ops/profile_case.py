@@ -16,8 +16,7 @@ import argparse
 import torch
 
 from .kernels.triton_configs import FwdConfig
-from .testing import make_case
-from .tuning import DECODE_CASES, PREFILL_CASES
+from .tuning import DECODE_CASES, PREFILL_CASES, tuning_case
 
 
 def _config_arg(text: str) -> FwdConfig:
@@ -44,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     if not torch.cuda.is_available():
         raise SystemExit("inkling_ops.profile_case needs a CUDA device")
     kwargs = cases[args.case]
-    case = make_case(**kwargs, head_dim=128, page_size=args.page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
+    case = tuning_case(kwargs, args.page)
     if args.config:
         config = args.config
     else:

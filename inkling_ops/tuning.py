@@ -81,6 +81,19 @@ def candidates() -> list[tuple[str, FwdConfig]]:
     return [("prefill", c) for c in PREFILL_CONFIGS] + [("decode", c) for c in DECODE_CONFIGS]
 
 
+def tuning_case(kwargs: dict, page_size: int, device: str = "cuda"):
+    """One sweep case as every GPU tool here builds it (tuner, ``profile_case``, ``scripts/``):
+    ``make_case(**kwargs)`` in bf16, head_dim 128, ``page_size``-key pages, no spare blocks."""
+    return make_case(**kwargs, head_dim=128, page_size=page_size, dtype=torch.bfloat16, device=device, spare_blocks=0)
+
+
+def default_output(case) -> torch.Tensor:
+    """``case`` run once with the default configuration and no split: what candidates are checked against."""
+    expected = torch.zeros_like(case.q)
+    case.run_triton(expected, num_splits=1, config=case.triton_config())
+    return expected
+
+
 def _environment() -> dict:
     import triton
 
@@ -144,10 +157,9 @@ def tune(
         if (only and only not in name) or kind not in kinds:
             continue
         for page in page_sizes:
-            case = make_case(**kwargs, head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
+            case = tuning_case(kwargs, page)
             default = case.triton_config()
-            expected = torch.zeros_like(case.q)
-            case.run_triton(expected, num_splits=1, config=default)
+            expected = default_output(case)
             args = (case, expected, name, kind, page)
             if kind == "prefill":
                 records += [_measure(*args, 1, config, quick, env) for config in PREFILL_CONFIGS]

@@ -15,8 +15,7 @@ import sys
 import torch
 
 from inkling_ops.kernels.triton_configs import FwdConfig
-from inkling_ops.testing import make_case
-from inkling_ops.tuning import DECODE_CASES, _environment, _measure
+from inkling_ops.tuning import DECODE_CASES, _environment, _measure, default_output, tuning_case
 
 
 def _cfg(block_n: int, num_warps: int, num_stages: int, max_registers: int | None = None, asm: bool = False) -> FwdConfig:
@@ -66,9 +65,8 @@ def main(out_path: str) -> None:
     records = []
     for name, items in PLAN.items():
         for page in (16, 128):
-            case = make_case(**DECODE_CASES[name], head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
-            expected = torch.zeros_like(case.q)
-            case.run_triton(expected, num_splits=1, config=_cfg(64, 4, 2))
+            case = tuning_case(DECODE_CASES[name], page)
+            expected = default_output(case)
             for config, split_counts in items:
                 for splits in split_counts:
                     records.append(_measure(case, expected, name, "decode", page, splits, config, True, env))

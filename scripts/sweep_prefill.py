@@ -18,8 +18,7 @@ import sys
 import torch
 
 from inkling_ops.kernels.triton_configs import FwdConfig
-from inkling_ops.testing import make_case
-from inkling_ops.tuning import PREFILL_CASES, _environment, _measure
+from inkling_ops.tuning import PREFILL_CASES, _environment, _measure, default_output, tuning_case
 
 _PLAIN = FwdConfig(128, 128, 8, 3)
 
@@ -81,15 +80,16 @@ CASES = {
 
 
 def main(out_path: str, plan: str = "page16") -> None:
+    if plan not in PLANS:
+        raise SystemExit(f"sweep_prefill: PLAN is {plan!r}; expected one of {sorted(PLANS)}")
     if not torch.cuda.is_available():
         raise SystemExit("sweep_prefill needs a CUDA device")
     env = _environment()
     records = []
     for (name, page), configs in PLANS[plan].items():
-        case = make_case(**CASES[name], head_dim=128, page_size=page, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
+        case = tuning_case(CASES[name], page)
         default = case.triton_config()
-        expected = torch.zeros_like(case.q)
-        case.run_triton(expected, num_splits=1, config=default)
+        expected = default_output(case)
         for config in [default, *(c for c in configs if c != default)]:
             records.append(_measure(case, expected, name, "prefill", page, 1, config, True, env))
     with open(out_path, "w") as f:
