@@ -72,6 +72,11 @@ DECODE_CONFIGS = [
     FwdConfig(16, 64, 4, 2, asm_gather=False, bias_ahead=True),
     FwdConfig(16, 128, 4, 2, asm_gather=False, bias_ahead=True),
     FwdConfig(16, 64, 4, 2, asm_gather=False, pdl=True),
+    # Strided splits (the bias band shared out among the splits); K/V loaded a tile ahead into
+    # registers (one stage: Triton's own pipelining off).
+    FwdConfig(16, 64, 4, 2, asm_gather=False, split_strided=True),
+    FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True),
+    FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True),
 ]
 SPLITS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
@@ -129,6 +134,8 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
                 band_interior=config.band_interior,
                 asm_gather=config.asm_gather,
                 max_registers=config.max_registers,
+                split_strided=config.split_strided,
+                kv_prefetch=config.kv_prefetch,
                 timing="cuda_graph" if kind == "decode" else "do_bench")  # fmt: skip
     t0 = time.perf_counter()
     try:

@@ -1,6 +1,6 @@
 """Decode sweep on a GPU: launch configurations x split counts for the decode anchor cases, timed like the tuner (CUDA-graph replay medians, L2 flushed).
 
-    python3 scripts/sweep_decode.py OUT.jsonl
+    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default) or schedule
 
 Where ``python -m inkling_ops.tuning`` sweeps split counts with the default configuration and then
 tries each candidate at the best count, this crosses them. Writes one tuner-style record per point
@@ -18,15 +18,17 @@ from inkling_ops.kernels.triton_configs import FwdConfig
 from inkling_ops.tuning import DECODE_CASES, _environment, _measure, default_output, tuning_case
 
 
-def _cfg(block_n: int, num_warps: int, num_stages: int, max_registers: int | None = None, asm: bool = False) -> FwdConfig:
-    return FwdConfig(16, block_n, num_warps, num_stages, asm_gather=asm, max_registers=max_registers)
+def _cfg(
+    block_n: int, num_warps: int, num_stages: int, max_registers: int | None = None, asm: bool = False, **options
+) -> FwdConfig:
+    return FwdConfig(16, block_n, num_warps, num_stages, asm_gather=asm, max_registers=max_registers, **options)
 
 
 #: case -> [(configuration, split counts)]. At dae1f7b (meta/logs/sweep_decode_dae1f7b.log) the
 #: plan crossed 2- and 3-stage configurations; Triton 3.6 gives the 16-row decode tile (mma v2)
 #: only one K/V buffer at 2 stages (the next tile's copy is issued after the current tile's last
 #: use), so this plan adds 4 and 6 stages (3 and 5 buffers, kernel_report) and register caps.
-PLAN = {
+DEPTH_PLAN = {
     "decode_b1_128k": [
         (_cfg(64, 4, 2), [256, 512]),  # the default configuration
         (_cfg(64, 4, 4), [128, 256, 512]),
@@ -58,12 +60,42 @@ PLAN = {
 }
 
 
-def main(out_path: str) -> None:
+#: Tile schedules: strided splits (split s of S takes tiles s, s + S, ...: the bias band, whose
+#: tiles cost more, is shared out instead of falling to the last splits) and K/V loaded one tile
+#: ahead into registers at one stage (Triton's pipelining off), each crossed with split counts.
+SCHEDULE_PLAN = {
+    "decode_b1_128k": [
+        (_cfg(64, 4, 2), [256, 512]),  # the default configuration
+        (_cfg(64, 4, 2, split_strided=True), [256, 512]),
+        (_cfg(64, 4, 1, kv_prefetch=True), [256, 512]),
+        (_cfg(64, 4, 1, kv_prefetch=True, split_strided=True), [256, 512]),
+        (_cfg(64, 4, 1, 168, kv_prefetch=True, split_strided=True), [256, 512]),  # three programs per SM
+        (_cfg(128, 4, 2, split_strided=True), [256]),
+    ],
+    "decode_b64_8k_local": [
+        (_cfg(64, 4, 2), [1, 2]),  # the default configuration
+        (_cfg(64, 4, 2, split_strided=True), [2, 4]),
+        (_cfg(64, 4, 1, kv_prefetch=True), [1, 2, 4]),
+        (_cfg(64, 4, 1, kv_prefetch=True, split_strided=True), [2, 4]),
+    ],
+    "decode_b64_8k": [
+        (_cfg(64, 4, 2), [4, 8]),  # the default configuration
+        (_cfg(64, 4, 2, split_strided=True), [4, 8]),
+        (_cfg(64, 4, 1, kv_prefetch=True), [4, 8]),
+        (_cfg(64, 4, 1, kv_prefetch=True, split_strided=True), [4, 8]),
+    ],
+}
+PLANS = {"depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN}
+
+
+def main(out_path: str, plan_name: str = "depth") -> None:
+    if plan_name not in PLANS:
+        raise SystemExit(f"unknown plan {plan_name!r}; plans: {', '.join(PLANS)}")
     if not torch.cuda.is_available():
         raise SystemExit("sweep_decode needs a CUDA device")
     env = _environment()
     records = []
-    for name, items in PLAN.items():
+    for name, items in PLANS[plan_name].items():
         for page in (16, 128):
             case = tuning_case(DECODE_CASES[name], page)
             expected = default_output(case)
@@ -76,4 +108,4 @@ def main(out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -136,6 +136,29 @@ def test_band_options_match_reference(kwargs, options, splits):
     _check(case, _with_config(case, FwdConfig(16, 16, 4, 2, **options), num_splits=splits))
 
 
+SCHEDULE_OPTIONS = [
+    dict(split_strided=True),
+    dict(kv_prefetch=True),
+    dict(kv_prefetch=True, split_strided=True),
+    dict(kv_prefetch=True, band_interior=True),
+    dict(kv_prefetch=True, bias_ahead=True, split_strided=True),
+]
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("options", SCHEDULE_OPTIONS, ids=lambda o: "+".join(sorted(o)))
+@pytest.mark.parametrize("kwargs", [c[1] for c in BAND_CASES], ids=[c[0] for c in BAND_CASES])
+def test_tile_schedules_match_reference(kwargs, options, splits):
+    """Strided splits (split s takes every S-th tile) and K/V loaded a tile ahead into registers,
+    on every kind of tile range: window edges, plain runs, bands, interior band tiles, ranges
+    shorter than the split count (empty phases) and odd page sizes."""
+    from inkling_ops.kernels.triton_configs import FwdConfig
+
+    case = make_case(**kwargs, extra_tokens=2)
+    stages = 1 if options.get("kv_prefetch") else 2
+    _check(case, _with_config(case, FwdConfig(16, 16, 4, stages, **options), num_splits=splits))
+
+
 def test_two_pass_rejects_tiles_that_do_not_nest():
     from inkling_ops.kernels.triton_configs import FwdConfig
 

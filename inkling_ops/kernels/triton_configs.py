@@ -38,6 +38,15 @@ class FwdConfig:
     #: cap on registers per thread (ptxas ``.maxnreg``): at 4 warps, 168 lets three programs
     #: share an SM's 64K registers where 255 allows two (None: the compiler's choice)
     max_registers: int | None = None
+    #: split-KV: split ``s`` of ``S`` takes every S-th tile from tile ``s`` (instead of one
+    #: contiguous run), so the bias band and the diagonal, the costlier tiles, are shared out
+    #: among the splits rather than all falling to the last ones
+    split_strided: bool = False
+    #: load the next tile's K and V into registers while computing this one (the block ids two
+    #: tiles ahead, the bias of biased tiles one ahead). Meant for ``num_stages=1``, where Triton
+    #: does not pipeline the loop itself: at 2 stages it gives the 16-row decode tile only one
+    #: K/V buffer, so each tile's load waits for the previous tile's compute
+    kv_prefetch: bool = False
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).

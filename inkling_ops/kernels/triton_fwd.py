@@ -116,30 +116,13 @@ def _tile_bias(
 
 
 @triton.jit
-def _attend_tile(
-    acc, m_i, l_i, q, blk, bias,
-    k_ptr, v_ptr, j0, kv_len,
-    stride_kb, stride_kp, stride_vb, stride_vp,
-    rel_row_ptr, stride_re, q_pos, qk_scale,
-    offs_n, offs_d,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, ASM_GATHER: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
+def _kv_offsets(
+    blk, j0, offs_n, stride_kb, stride_kp, stride_vb, stride_vp,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
 ):  # fmt: skip
-    """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
-
-    ``blk``: the tile's block ids from :func:`_tile_blocks`, fetched one iteration earlier so the
-    K/V addresses do not hang on a load of the same iteration (Triton then pipelines K/V deeper).
-    FULL=False: every key is visible to every row and no bias applies (no masks; ``bias`` unused).
-    FULL=True: apply the causal / window / length masks and the bias where 0 <= d < REL_EXTENT:
-    ``bias`` when BIAS_GIVEN (loaded earlier by the caller), else gathered here first, so its
-    latency overlaps the K/V wait and the QK^T product.
-    INTERIOR=True: a band tile whose keys are all visible to, and within the bias extent of,
-    every valid row: the bias is gathered with only a per-row mask and nothing else is masked.
-    ``q_pos``: each row's absolute position, -1 on padding rows (no key is visible to them, and
-    a valid row sees no key at or past kv_len, so the scores need no length mask).
-    ``k_ptr``/``v_ptr`` already point at this program's KV head.
-    """
+    """Element offsets ``(k_off, v_off)`` (BLOCK_N,) of keys [j0, j0 + BLOCK_N) from the KV head's
+    base pointers, given the tile's block ids ``blk`` from :func:`_tile_blocks`."""
     keys = j0 + offs_n
     if PAGE < BLOCK_N and KV_ROW_I32:
         # Pages smaller than a tile, K and V alike, every key row of the cache numbered in int32
@@ -169,20 +152,21 @@ def _attend_tile(
             v_off = k_off
         else:
             v_off = blk * stride_vb + slots * stride_vp
+    return k_off, v_off
+
+
+@triton.jit
+def _scores(
+    q, k, bias, d, qk_scale,
+    WINDOW_LEFT: tl.constexpr, FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERIOR: tl.constexpr,
+):  # fmt: skip
+    """Base-2 scores (BLOCK_M, BLOCK_N) of one tile: ``qk * scale`` (plain), plus the bias
+    (INTERIOR), plus the bias and the causal / window masks on ``d``, each row's distance to
+    each key (FULL; unused otherwise)."""
     if INTERIOR:
-        if not BIAS_GIVEN:
-            bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER, True)
-        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
-        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
     elif FULL:
-        d = (q_pos - j0)[:, None] - offs_n[None, :]
-        if not BIAS_GIVEN:
-            bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER)
-        key_ok = keys < kv_len
-        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
         if WINDOW_LEFT >= 0:  # 0 <= d <= WINDOW_LEFT
@@ -191,10 +175,13 @@ def _attend_tile(
             visible = d >= 0
         s = tl.where(visible, s, float("-inf"))
     else:
-        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
-        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+    return s
 
+
+@triton.jit
+def _softmax_step(acc, m_i, l_i, s, v, DOT_PRECISION: tl.constexpr):
+    """Fold one tile's base-2 scores ``s`` and values ``v`` into the running (acc, m_i, l_i)."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
     p = tl.exp2(s - m_base[:, None])
@@ -202,6 +189,77 @@ def _attend_tile(
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return acc, m_new, l_i
+
+
+@triton.jit
+def _load_kv_tile(
+    k_ptr, v_ptr, blk, j0, tile_ok, kv_len, offs_n, offs_d,
+    stride_kb, stride_kp, stride_vb, stride_vp,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, LENGTH_MASK: tl.constexpr,
+    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
+):  # fmt: skip
+    """K and V (BLOCK_N, D) of keys [j0, j0 + BLOCK_N) into registers; nothing is read when the
+    scalar ``tile_ok`` is false, nor (LENGTH_MASK) for keys at or past ``kv_len``: those are 0."""
+    k_off, v_off = _kv_offsets(
+        blk, j0, offs_n, stride_kb, stride_kp, stride_vb, stride_vp, PAGE, BLOCK_N, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT
+    )
+    # one compare per key against a limit that is 0 when the tile is off
+    if LENGTH_MASK:
+        ok = (j0 + offs_n) < tl.where(tile_ok, kv_len, 0)
+    else:
+        ok = offs_n < tl.where(tile_ok, BLOCK_N, 0)
+    k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+    v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit
+def _attend_tile(
+    acc, m_i, l_i, q, blk, bias,
+    k_ptr, v_ptr, j0, kv_len,
+    stride_kb, stride_kp, stride_vb, stride_vp,
+    rel_row_ptr, stride_re, q_pos, qk_scale,
+    offs_n, offs_d,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
+    FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, ASM_GATHER: tl.constexpr,
+    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
+):  # fmt: skip
+    """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
+
+    ``blk``: the tile's block ids from :func:`_tile_blocks`, fetched one iteration earlier so the
+    K/V addresses do not hang on a load of the same iteration (Triton then pipelines K/V deeper).
+    FULL=False: every key is visible to every row and no bias applies (no masks; ``bias`` unused).
+    FULL=True: apply the causal / window / length masks and the bias where 0 <= d < REL_EXTENT:
+    ``bias`` when BIAS_GIVEN (loaded earlier by the caller), else gathered here first, so its
+    latency overlaps the K/V wait and the QK^T product.
+    INTERIOR=True: a band tile whose keys are all visible to, and within the bias extent of,
+    every valid row: the bias is gathered with only a per-row mask and nothing else is masked.
+    ``q_pos``: each row's absolute position, -1 on padding rows (no key is visible to them, and
+    a valid row sees no key at or past kv_len, so the scores need no length mask).
+    ``k_ptr``/``v_ptr`` already point at this program's KV head.
+    """
+    keys = j0 + offs_n
+    k_off, v_off = _kv_offsets(
+        blk, j0, offs_n, stride_kb, stride_kp, stride_vb, stride_vp, PAGE, BLOCK_N, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT
+    )
+    d = 0
+    if INTERIOR:
+        if not BIAS_GIVEN:
+            bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER, True)
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+    elif FULL:
+        d = (q_pos - j0)[:, None] - offs_n[None, :]
+        if not BIAS_GIVEN:
+            bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER)
+        key_ok = keys < kv_len
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+    s = _scores(q, k, bias, d, qk_scale, WINDOW_LEFT, FULL, DOT_PRECISION, INTERIOR)
+    return _softmax_step(acc, m_i, l_i, s, v, DOT_PRECISION)
 
 
 @triton.jit
@@ -214,9 +272,12 @@ def _tile_loop(
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, FULL: tl.constexpr, BIAS_AHEAD: tl.constexpr, ASM_GATHER: tl.constexpr,
     KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
+    t_phase=0, TILE_STEP: tl.constexpr = 1, KV_PREFETCH: tl.constexpr = False,
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) of one kind (see :func:`_attend_tile`): plain (FULL=False), masked and
     biased (FULL=True), or interior band tiles (FULL and INTERIOR, see :func:`_masked_tiles`).
+    With TILE_STEP > 1 only the tiles ``t = t_phase (mod TILE_STEP)`` of the range (strided
+    split-KV: split ``t_phase`` of ``TILE_STEP``).
 
     Each iteration fetches the next tile's block ids. The loops take the launch's num_stages: an
     explicit per-loop num_stages made Triton 3.6 pipeline the block-id load too and leave K/V
@@ -224,29 +285,68 @@ def _tile_loop(
     By default each tile issues it first (inside :func:`_attend_tile`). With BIAS_AHEAD (biased
     tiles only) the next tile's bias is loaded one iteration early into loop-carried registers:
     more registers, latency hidden by a whole tile.
+
+    KV_PREFETCH (for launches with num_stages=1, which Triton does not pipeline): the next tile's
+    K and V are loaded into registers while this one is computed, and its block ids two tiles
+    ahead; biased tiles then always take their bias one tile ahead. Loads of a tile past the
+    range are masked off, so they cost no memory traffic.
     """
+    if TILE_STEP > 1:
+        t_lo = t_lo + (t_phase + TILE_STEP - t_lo % TILE_STEP) % TILE_STEP  # first tile of this phase
+    STEP_KEYS: tl.constexpr = TILE_STEP * BLOCK_N
     blk = _tile_blocks(bt_row, lo_tile + t_lo * BLOCK_N, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
-    if BIAS_AHEAD:
+    if BIAS_AHEAD or (KV_PREFETCH and FULL):
         bias = _tile_bias(rel_row_ptr, stride_re, q_pos, lo_tile + t_lo * BLOCK_N, offs_n, REL_EXTENT, ASM_GATHER)
     else:
         bias = 0.0  # gathered inside _attend_tile
-    for t in tl.range(t_lo, t_hi):
-        blk_next = _tile_blocks(
-            bt_row, lo_tile + (t + 1) * BLOCK_N, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-        )
-        if BIAS_AHEAD:
-            bias_next = _tile_bias(
-                rel_row_ptr, stride_re, q_pos, lo_tile + (t + 1) * BLOCK_N, offs_n, REL_EXTENT, ASM_GATHER
-            )
-        acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
-            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
-            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, ASM_GATHER,
-            KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR,
+    if KV_PREFETCH:
+        j_first = lo_tile + t_lo * BLOCK_N
+        k, v = _load_kv_tile(
+            k_ptr, v_ptr, blk, j_first, t_lo < t_hi, kv_len, offs_n, offs_d, stride_kb, stride_kp, stride_vb,
+            stride_vp, PAGE, BLOCK_N, FULL and not INTERIOR, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
         )  # fmt: skip
-        blk = blk_next
-        if BIAS_AHEAD:
-            bias = bias_next
+        blk = _tile_blocks(bt_row, j_first + STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
+        for t in tl.range(t_lo, t_hi, TILE_STEP):
+            j0 = lo_tile + t * BLOCK_N
+            blk_after = _tile_blocks(
+                bt_row, j0 + 2 * STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+            )
+            k_next, v_next = _load_kv_tile(
+                k_ptr, v_ptr, blk, j0 + STEP_KEYS, t + TILE_STEP < t_hi, kv_len, offs_n, offs_d, stride_kb,
+                stride_kp, stride_vb, stride_vp, PAGE, BLOCK_N, FULL and not INTERIOR, KV_SAME_STRIDES, KV_ROW_I32,
+                KV_SLOT_SHIFT,
+            )  # fmt: skip
+            if FULL:
+                # band-masked even in interior tiles: the tile after the range may be anywhere
+                bias_next = _tile_bias(rel_row_ptr, stride_re, q_pos, j0 + STEP_KEYS, offs_n, REL_EXTENT, ASM_GATHER)
+                d = (q_pos - j0)[:, None] - offs_n[None, :]
+            else:
+                d = 0
+            s = _scores(q, k, bias, d, qk_scale, WINDOW_LEFT, FULL, DOT_PRECISION, INTERIOR)
+            acc, m_i, l_i = _softmax_step(acc, m_i, l_i, s, v, DOT_PRECISION)
+            k = k_next
+            v = v_next
+            blk = blk_after
+            if FULL:
+                bias = bias_next
+    else:
+        for t in tl.range(t_lo, t_hi, TILE_STEP):
+            blk_next = _tile_blocks(
+                bt_row, lo_tile + (t + TILE_STEP) * BLOCK_N, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
+            )
+            if BIAS_AHEAD:
+                bias_next = _tile_bias(
+                    rel_row_ptr, stride_re, q_pos, lo_tile + (t + TILE_STEP) * BLOCK_N, offs_n, REL_EXTENT, ASM_GATHER
+                )
+            acc, m_i, l_i = _attend_tile(
+                acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
+                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
+                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, ASM_GATHER,
+                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR,
+            )  # fmt: skip
+            blk = blk_next
+            if BIAS_AHEAD:
+                bias = bias_next
     return acc, m_i, l_i
 
 
@@ -260,6 +360,7 @@ def _masked_tiles(
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr,
     KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
+    t_phase, TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) that need masks or the bias. With BAND_INTERIOR the interior band tiles
     among them (keys <= every row's position, distances < E and inside the window for every row)
@@ -279,6 +380,7 @@ def _masked_tiles(
         k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
         rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
         PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
+        t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
     )  # fmt: skip
     if BAND_INTERIOR:
         acc, m_i, l_i = _tile_loop(
@@ -286,13 +388,14 @@ def _masked_tiles(
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            True,
+            True, t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
         )  # fmt: skip
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
+            t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
         )  # fmt: skip
     return acc, m_i, l_i
 
@@ -314,6 +417,7 @@ def rel_attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
     PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
+    TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -374,11 +478,11 @@ def rel_attn_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     # Tile ranges [ta0, ta1) masked + biased, [tp0, tp1) plain, [tb0, tb1) masked + biased.
     if PASS == 0:
-        if SPLIT_KV:
+        if SPLIT_KV and TILE_STEP == 1:
             per_split = tl.cdiv(n_tiles, NUM_SPLITS)
             ta0 = pid_split * per_split
             tb1 = tl.minimum(ta0 + per_split, n_tiles)
-        else:
+        else:  # one program, or strided splits (TILE_STEP == NUM_SPLITS: every NUM_SPLITS-th tile)
             ta0 = 0
             tb1 = n_tiles
         ta1 = tl.maximum(ta0, tl.minimum(tb1, n_edge))
@@ -423,6 +527,7 @@ def rel_attn_fwd_kernel(
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
+            pid_split, TILE_STEP, KV_PREFETCH,
         )  # fmt: skip
     if PASS != 2:
         acc, m_i, l_i = _tile_loop(
@@ -430,6 +535,7 @@ def rel_attn_fwd_kernel(
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
+            t_phase=pid_split, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
         )  # fmt: skip
     if PASS != 1:
         acc, m_i, l_i = _masked_tiles(
@@ -437,6 +543,7 @@ def rel_attn_fwd_kernel(
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
+            pid_split, TILE_STEP, KV_PREFETCH,
         )  # fmt: skip
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
@@ -569,6 +676,7 @@ def launch_rel_attn_fwd(
         fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl, config.band_interior,
         config.asm_gather and _can_run_ptx(rel_logits),
         same_strides, row_i32, _slot_shift(key_cache.stride(1)) if row_i32 else -1,
+        num_splits if split and config.split_strided else 1, config.kv_prefetch,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
