@@ -1,6 +1,6 @@
 """Decode sweep on a GPU: launch configurations x split counts for the decode anchor cases, timed like the tuner (CUDA-graph replay medians, L2 flushed).
 
-    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default) or schedule
+    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency
 
 Where ``python -m inkling_ops.tuning`` sweeps split counts with the default configuration and then
 tries each candidate at the best count, this crosses them. Writes one tuner-style record per point
@@ -85,7 +85,32 @@ SCHEDULE_PLAN = {
         (_cfg(64, 4, 1, kv_prefetch=True, split_strided=True), [4, 8]),
     ],
 }
-PLANS = {"depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN}
+#: After the combine stopped waiting on cu_seqlens_q before its loads: the schedules that the
+#: "schedule" plan found 2-4% faster, with and without the combine as a programmatic dependent
+#: launch (pdl), and the sliding case unsplit (no combine at all). Run it twice to see the noise.
+_SP = dict(kv_prefetch=True, split_strided=True)
+LATENCY_PLAN = {
+    "decode_b1_128k": [
+        (_cfg(64, 4, 2), [256]),  # the default configuration
+        (_cfg(64, 4, 2, pdl=True), [256]),
+        (_cfg(64, 4, 1, **_SP), [256]),
+        (_cfg(64, 4, 1, pdl=True, **_SP), [256]),
+        (_cfg(128, 4, 2, split_strided=True), [256]),
+        (_cfg(128, 4, 2, split_strided=True, pdl=True), [256]),
+    ],
+    "decode_b64_8k_local": [
+        (_cfg(64, 4, 2), [1, 2]),  # the default configuration
+        (_cfg(64, 4, 2, pdl=True), [2]),
+        (_cfg(64, 4, 1, kv_prefetch=True, pdl=True), [2]),
+        (_cfg(128, 4, 2), [1]),
+    ],
+    "decode_b64_8k": [
+        (_cfg(64, 4, 2), [4, 8]),  # the default configuration
+        (_cfg(64, 4, 1, **_SP), [4, 8]),
+        (_cfg(64, 4, 1, pdl=True, **_SP), [4]),
+    ],
+}
+PLANS = {"depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN, "latency": LATENCY_PLAN}
 
 
 def main(out_path: str, plan_name: str = "depth") -> None:
