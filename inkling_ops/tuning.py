@@ -64,7 +64,7 @@ PREFILL_CONFIGS = [
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, band_interior=True),
 ]
 DECODE_CONFIGS = [
-    FwdConfig(16, 64, 4, 2, asm_gather=False),  # the default (fwd_config)
+    FwdConfig(16, 64, 4, 2, asm_gather=False),  # the default for windows inside E (fwd_config)
     FwdConfig(16, 64, 4, 2),  # inline-PTX gather, the default at 27741fa
     FwdConfig(16, 64, 4, 3, asm_gather=False),
     FwdConfig(16, 128, 4, 2, asm_gather=False),
@@ -76,7 +76,7 @@ DECODE_CONFIGS = [
     # registers (one stage: Triton's own pipelining off).
     FwdConfig(16, 64, 4, 2, asm_gather=False, split_strided=True),
     FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True),
-    FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True),
+    FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True),  # the default elsewhere
 ]
 SPLITS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 

@@ -71,8 +71,14 @@ def fwd_config(
     """The forward kernel's configuration for one compile key.
 
     - Decode / speculative verify (bucket <= 16): a program holds every query row of its KV head
-      (up to 64 rows) and streams 64-key tiles, one tile in flight, the bias gathered with
-      ``tl.load`` (the inline-PTX gather measured 3-15% slower on every decode anchor case).
+      (up to 64 rows) and streams 64-key tiles, the bias gathered with ``tl.load`` (the
+      inline-PTX gather measured 3-15% slower on every decode anchor case). With at most 16 rows
+      on a layer with plain tiles (global, or a window wider than E), the next tile's K/V are
+      loaded into registers during this one (one stage) and split ``s`` of ``S`` takes every
+      S-th tile: 1 x 128K 33.3-33.5 us against 34.7 (page 16) and 34.0-34.2 against 34.4-34.6
+      (page 128), 64 x 8K 86 us against 89. Otherwise two stages (Triton's pipeline, one tile
+      in flight): a sliding window inside E is all band tiles, and the prefetch measured
+      1.2 us slower there (24.0 against 22.8 us).
     - Prefill at head_dim <= 128, global layers (and windows wider than the bias extent), pages
       of at least ``TWO_PASS_MIN_PAGE`` keys: two launches. The plain tiles run in 128-row /
       128-key / 8-warp programs with three stages; then the window-edge, bias-band and
@@ -91,10 +97,15 @@ def fwd_config(
     g_pad = 1 << max(0, q_per_kv - 1).bit_length()
     if max_seqlen_q_bucket <= DECODE_MAX_Q:
         rows = max_seqlen_q_bucket * g_pad
-        block_m = min(64, max(16, 1 << max(0, rows - 1).bit_length()))
+        block_m = max(min(64, max(16, 1 << max(0, rows - 1).bit_length())), g_pad)
+        if block_m == 16 and head_dim <= 128 and not 0 <= window_left < rel_extent:
+            # Plain tiles to stream: K/V a tile ahead in registers, splits strided over the tiles.
+            return FwdConfig(
+                block_m=16, block_n=64, num_warps=4, num_stages=1, asm_gather=False, kv_prefetch=True,
+                split_strided=True,
+            )  # fmt: skip
         return FwdConfig(
-            block_m=max(block_m, g_pad), block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=2,
-            asm_gather=False,
+            block_m=block_m, block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=2, asm_gather=False,
         )  # fmt: skip
     if head_dim <= 128:
         if 0 <= window_left < rel_extent:
