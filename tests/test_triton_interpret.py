@@ -159,6 +159,15 @@ def test_tile_schedules_match_reference(kwargs, options, splits):
     _check(case, _with_config(case, FwdConfig(16, 16, 4, stages, **options), num_splits=splits))
 
 
+def test_prefetch_rejects_pipelined_launch():
+    from inkling_ops.kernels.triton_configs import FwdConfig
+
+    case = make_case(**dict(CASES)["decode_batch_E_lt_kv_g8"])
+    out = torch.zeros_like(case.q)
+    with pytest.raises(ValueError, match="kv_prefetch=True with num_stages=2"):
+        case.run_triton(out, num_splits=2, config=FwdConfig(16, 64, 4, 2, kv_prefetch=True))
+
+
 def test_two_pass_rejects_tiles_that_do_not_nest():
     from inkling_ops.kernels.triton_configs import FwdConfig
 

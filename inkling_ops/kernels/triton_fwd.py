@@ -685,6 +685,11 @@ def launch_rel_attn_fwd(
     block_m = max(config.block_m, g_pad)
     num_reqs = cache_seqlens.shape[0]
     split = num_splits > 1
+    if config.kv_prefetch and config.num_stages != 1:
+        raise ValueError(
+            f"config has kv_prefetch=True with num_stages={config.num_stages}; expected num_stages=1 (the loop "
+            "prefetches K/V itself, and Triton's pipeliner must stay off)"
+        )
     p1_block_q, p1_block_n = 1, 1
     if split:
         if fwd_pass != 0:
