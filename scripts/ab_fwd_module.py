@@ -1,11 +1,11 @@
 """A/B on a GPU: the forward kernel of another commit against this checkout's, in one process.
 
     git show c334786:inkling_ops/kernels/triton_fwd.py > /tmp/base_fwd.py     # on a machine with git
-    python3 scripts/ab_fwd_module.py /tmp/base_fwd.py [CASE:PAGE ...]          # default: prefill8k_global:128 prefill8k_global:16
+    python3 scripts/ab_fwd_module.py /tmp/base_fwd.py [CASE:PAGE[:SPLITS] ...]  # default: prefill8k_global:128 prefill8k_global:16
 
 Loads the given copy of ``inkling_ops/kernels/triton_fwd.py`` as a module of this package (so its
-relative imports resolve here), runs each case's default configuration with both modules, checks
-that the outputs agree, then times them alternately (four CUDA-graph replay medians each, L2
+relative imports resolve here), runs each case's default configuration with both modules (with
+SPLITS > 1, split-KV and this checkout's combine), checks that the outputs agree, then times them alternately (four CUDA-graph replay medians each, L2
 flushed). Meant for changes that should not change what runs, such as a refactor whose SASS
 digest (``python -m inkling_ops.kernel_report --sass``) moved. Used for
 meta/logs/ab_band_390be60_vs_c334786.log.
@@ -21,6 +21,7 @@ import torch
 
 from inkling_ops.benchmark import TimingConfig, time_cuda_graph
 from inkling_ops.kernels import triton_fwd
+from inkling_ops.kernels.triton_combine import launch_rel_attn_combine
 from inkling_ops.tuning import DECODE_CASES, PREFILL_CASES, tuning_case
 
 
@@ -33,20 +34,29 @@ def _load_baseline(path: str):
     return module
 
 
-def _runner(module, case, config):
-    """A call of ``case`` through ``module.launch_rel_attn_fwd`` (one or two passes, no split)."""
+def _runner(module, case, config, splits: int):
+    """A call of ``case`` through ``module.launch_rel_attn_fwd``: one or two passes, or with
+    ``splits > 1`` split-KV followed by the combine."""
     out = torch.zeros_like(case.q)
-    lse = torch.empty(case.q.shape[0], case.q.shape[1], dtype=torch.float32, device=case.q.device)
+    tokens, heads, head_dim = case.q.shape
+    lse = torch.empty(tokens, heads, dtype=torch.float32, device=case.q.device)
+    part_out = torch.empty(splits, tokens, heads, head_dim, dtype=torch.float32, device=case.q.device)
+    part_lse = torch.empty(splits, tokens, heads, dtype=torch.float32, device=case.q.device)
     args = (case.q, case.key_cache, case.value_cache, case.rel_logits, case.block_table, case.cache_seqlens,
             case.cu_seqlens_q, out)  # fmt: skip
-    common = dict(softmax_scale=case.softmax_scale, window_left=case.window_size[0], max_seqlen_q=case.max_seqlen_q, num_splits=1)
+    common = dict(softmax_scale=case.softmax_scale, window_left=case.window_size[0], max_seqlen_q=case.max_seqlen_q)
 
     def call():
-        if config.plain is not None:
-            module.launch_rel_attn_fwd(*args, **common, config=config.plain, part_lse=lse, fwd_pass=1)
-            module.launch_rel_attn_fwd(*args, **common, config=config, part_lse=lse, fwd_pass=2, pass1_config=config.plain)
+        if splits > 1:
+            module.launch_rel_attn_fwd(*args, **common, num_splits=splits, config=config, part_out=part_out, part_lse=part_lse)
+            launch_rel_attn_combine(part_out, part_lse, out, case.cu_seqlens_q)
+        elif config.plain is not None:
+            module.launch_rel_attn_fwd(*args, **common, num_splits=1, config=config.plain, part_lse=lse, fwd_pass=1)
+            module.launch_rel_attn_fwd(
+                *args, **common, num_splits=1, config=config, part_lse=lse, fwd_pass=2, pass1_config=config.plain
+            )
         else:
-            module.launch_rel_attn_fwd(*args, **common, config=config)
+            module.launch_rel_attn_fwd(*args, **common, num_splits=1, config=config)
 
     return call, out
 
@@ -60,18 +70,21 @@ def main(argv: list[str]) -> None:
     cases = argv[1:] or ["prefill8k_global:128", "prefill8k_global:16"]
     timing = TimingConfig(warmup_ms=10, rep_ms=30, graph_reps=50)
     for item in cases:
-        name, _, page = item.partition(":")
+        parts = item.split(":")
+        name, page, splits = parts[0], parts[1] if len(parts) > 1 else "", parts[2] if len(parts) > 2 else "1"
         kwargs = {**PREFILL_CASES, **DECODE_CASES}.get(name)
-        if kwargs is None or not page.isdigit():
-            raise SystemExit(f"case {item!r}: expected NAME:PAGE with NAME one of {sorted({**PREFILL_CASES, **DECODE_CASES})}")
+        if kwargs is None or len(parts) > 3 or not page.isdigit() or not splits.isdigit() or int(splits) < 1:
+            raise SystemExit(
+                f"case {item!r}: expected NAME:PAGE[:SPLITS] with NAME one of {sorted({**PREFILL_CASES, **DECODE_CASES})}"
+            )
         case = tuning_case(kwargs, int(page))
         config = case.triton_config()
-        runs = {"baseline": _runner(baseline, case, config), "current": _runner(triton_fwd, case, config)}
+        runs = {key: _runner(module, case, config, int(splits)) for key, module in (("baseline", baseline), ("current", triton_fwd))}
         for call, _ in runs.values():
             call()
         torch.cuda.synchronize()
         diff = (runs["baseline"][1].float() - runs["current"][1].float()).abs().max().item()
-        print(f"{name} page {page}: max |baseline - current| = {diff}", flush=True)
+        print(f"{name} page {page} splits {splits}: max |baseline - current| = {diff}", flush=True)
         times = {key: [] for key in runs}
         for _ in range(4):
             for key, (call, _) in runs.items():

@@ -116,106 +116,6 @@ def _tile_bias(
 
 
 @triton.jit
-def _kv_offsets(
-    blk, j0, offs_n, stride_kb, stride_kp, stride_vb, stride_vp,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
-):  # fmt: skip
-    """(Used by the register-prefetch loop; :func:`_attend_tile` repeats these steps inline.)
-
-    Element offsets ``(k_off, v_off)`` (BLOCK_N,) of keys [j0, j0 + BLOCK_N) from the KV head's
-    base pointers, given the tile's block ids ``blk`` from :func:`_tile_blocks`."""
-    keys = j0 + offs_n
-    if PAGE < BLOCK_N and KV_ROW_I32:
-        # Pages smaller than a tile, K and V alike, every key row of the cache numbered in int32
-        # (see launch_rel_attn_fwd): one 32-bit multiply-add and one widening multiply per key.
-        # j0 is a multiple of PAGE, so a key's slot is its offset in the tile modulo PAGE.
-        rows = blk * (stride_kb // stride_kp) + offs_n % PAGE
-        if KV_SLOT_SHIFT >= 0:
-            # The slot stride is 2**KV_SLOT_SHIFT elements (one key row: Hkv * D, a power of
-            # two for the usual head counts): a shift, which also lets the compiler fold the
-            # per-element column offsets in (the page-16 plain loop: 460 -> 402 instructions).
-            k_off = rows.to(tl.uint32).to(tl.int64) << KV_SLOT_SHIFT
-        else:
-            # Both factors are non-negative 32-bit values: zero-extended, their product is one
-            # widening multiply (a sign-extended one costs ~7 instructions per key).
-            k_off = rows.to(tl.uint32).to(tl.int64) * stride_kp.to(tl.uint32).to(tl.int64)
-        v_off = k_off
-    else:
-        blk = blk.to(tl.int64)
-        if PAGE >= BLOCK_N:
-            slots = ((j0 % PAGE) + offs_n).to(tl.int64)
-        else:
-            slots = (keys % PAGE).to(tl.int64)
-        k_off = blk * stride_kb + slots * stride_kp
-        if KV_SAME_STRIDES and PAGE < BLOCK_N:
-            # K and V pages laid out alike (the usual case): one per-key address computation.
-            # (With one page per tile the addresses are cheap, and sharing them made ptxas spill.)
-            v_off = k_off
-        else:
-            v_off = blk * stride_vb + slots * stride_vp
-    return k_off, v_off
-
-
-@triton.jit
-def _scores(
-    q, k, bias, d, qk_scale,
-    WINDOW_LEFT: tl.constexpr, FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERIOR: tl.constexpr,
-):  # fmt: skip
-    """Base-2 scores (BLOCK_M, BLOCK_N) of one tile: ``qk * scale`` (plain), plus the bias
-    (INTERIOR), plus the bias and the causal / window masks on ``d``, each row's distance to
-    each key (FULL; unused otherwise)."""
-    if INTERIOR:
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
-    elif FULL:
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
-        if WINDOW_LEFT >= 0:  # 0 <= d <= WINDOW_LEFT
-            visible = d.to(tl.uint32, bitcast=True) <= WINDOW_LEFT
-        else:
-            visible = d >= 0
-        s = tl.where(visible, s, float("-inf"))
-    else:
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-    return s
-
-
-@triton.jit
-def _softmax_step(acc, m_i, l_i, s, v, DOT_PRECISION: tl.constexpr):
-    """Fold one tile's base-2 scores ``s`` and values ``v`` into the running (acc, m_i, l_i)."""
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
-    p = tl.exp2(s - m_base[:, None])
-    alpha = tl.exp2(m_i - m_base)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-    return acc, m_new, l_i
-
-
-@triton.jit
-def _load_kv_tile(
-    k_ptr, v_ptr, blk, j0, tile_ok, kv_len, offs_n, offs_d,
-    stride_kb, stride_kp, stride_vb, stride_vp,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, LENGTH_MASK: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
-):  # fmt: skip
-    """K and V (BLOCK_N, D) of keys [j0, j0 + BLOCK_N) into registers; nothing is read when the
-    scalar ``tile_ok`` is false, nor (LENGTH_MASK) for keys at or past ``kv_len``: those are 0."""
-    k_off, v_off = _kv_offsets(
-        blk, j0, offs_n, stride_kb, stride_kp, stride_vb, stride_vp, PAGE, BLOCK_N, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT
-    )
-    # one compare per key against a limit that is 0 when the tile is off
-    if LENGTH_MASK:
-        ok = (j0 + offs_n) < tl.where(tile_ok, kv_len, 0)
-    else:
-        ok = offs_n < tl.where(tile_ok, BLOCK_N, 0)
-    k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
-    v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
-    return k, v
-
-
-@triton.jit
 def _attend_tile(
     acc, m_i, l_i, q, blk, bias,
     k_ptr, v_ptr, j0, kv_len,
@@ -225,6 +125,7 @@ def _attend_tile(
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, ASM_GATHER: tl.constexpr,
     KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
+    KV_MODE: tl.constexpr = 0, k_in=0, v_in=0, tile_ok=True,
 ):  # fmt: skip
     """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
 
@@ -240,11 +141,17 @@ def _attend_tile(
     a valid row sees no key at or past kv_len, so the scores need no length mask).
     ``k_ptr``/``v_ptr`` already point at this program's KV head.
 
-    These are the steps of :func:`_kv_offsets`, :func:`_scores` and :func:`_softmax_step` (the
-    pieces of the register-prefetch loop), written out here on purpose; change them together.
-    Built from those helpers, this function compiles to the same PTX except for its debug
-    tables, yet ptxas then schedules the page-128 band pass differently, and it measured 1.1%
-    slower (8K global: 420.0 against 415.4 us, ``meta/logs/ab_band_390be60_vs_c334786.log``).
+    KV_MODE splits the work for the register-prefetch loop (``FwdConfig.kv_prefetch``):
+
+    - 0: load this tile's K/V and fold it in (the pipelined loops).
+    - 1: only load, and return ``(k, v)``: nothing is read when the scalar ``tile_ok`` is false,
+      nor (FULL and not INTERIOR) for keys at or past kv_len; those are 0.
+    - 2: fold in ``k_in``/``v_in``, loaded by an earlier mode-1 call.
+
+    One body serves all three on purpose: built from separate address / score / softmax helpers,
+    the page-128 band pass compiled to the same PTX except for its debug tables, yet ptxas
+    scheduled it differently and it measured 1.1% slower (8K global: 420.0 against 415.4 us,
+    ``meta/logs/ab_band_390be60_vs_c334786.log``).
     """
     keys = j0 + offs_n
     if PAGE < BLOCK_N and KV_ROW_I32:
@@ -275,39 +182,54 @@ def _attend_tile(
             v_off = k_off
         else:
             v_off = blk * stride_vb + slots * stride_vp
-    if INTERIOR:
-        if not BIAS_GIVEN:
-            bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER, True)
-        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
-        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
-    elif FULL:
-        d = (q_pos - j0)[:, None] - offs_n[None, :]
-        if not BIAS_GIVEN:
-            bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER)
-        key_ok = keys < kv_len
-        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
-        if WINDOW_LEFT >= 0:  # 0 <= d <= WINDOW_LEFT
-            visible = d.to(tl.uint32, bitcast=True) <= WINDOW_LEFT
+    if KV_MODE == 1:
+        # one compare per key against a limit that is 0 when the tile is off
+        if FULL and not INTERIOR:
+            ok = keys < tl.where(tile_ok, kv_len, 0)
         else:
-            visible = d >= 0
-        s = tl.where(visible, s, float("-inf"))
+            ok = offs_n < tl.where(tile_ok, BLOCK_N, 0)
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        return k, v
     else:
-        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
-        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        k = k_in
+        v = v_in
+        if INTERIOR:
+            if not BIAS_GIVEN:
+                bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER, True)
+            if KV_MODE == 0:
+                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
+                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+            s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
+        elif FULL:
+            d = (q_pos - j0)[:, None] - offs_n[None, :]
+            if not BIAS_GIVEN:
+                bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER)
+            if KV_MODE == 0:
+                key_ok = keys < kv_len
+                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+            s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
+            if WINDOW_LEFT >= 0:  # 0 <= d <= WINDOW_LEFT
+                visible = d.to(tl.uint32, bitcast=True) <= WINDOW_LEFT
+            else:
+                visible = d >= 0
+            s = tl.where(visible, s, float("-inf"))
+        else:
+            if KV_MODE == 0:
+                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
+                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
 
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
-    p = tl.exp2(s - m_base[:, None])
-    alpha = tl.exp2(m_i - m_base)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-    return acc, m_new, l_i
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
+        p = tl.exp2(s - m_base[:, None])
+        alpha = tl.exp2(m_i - m_base)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        return acc, m_new, l_i
 
 
 @triton.jit
@@ -349,9 +271,11 @@ def _tile_loop(
         bias = 0.0  # gathered inside _attend_tile
     if KV_PREFETCH:
         j_first = lo_tile + t_lo * BLOCK_N
-        k, v = _load_kv_tile(
-            k_ptr, v_ptr, blk, j_first, t_lo < t_hi, kv_len, offs_n, offs_d, stride_kb, stride_kp, stride_vb,
-            stride_vp, PAGE, BLOCK_N, FULL and not INTERIOR, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
+        k, v = _attend_tile(
+            acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, j_first, kv_len,
+            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
+            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
+            KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=1, tile_ok=t_lo < t_hi,
         )  # fmt: skip
         blk = _tile_blocks(bt_row, j_first + STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
         for t in tl.range(t_lo, t_hi, TILE_STEP):
@@ -359,19 +283,21 @@ def _tile_loop(
             blk_after = _tile_blocks(
                 bt_row, j0 + 2 * STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
             )
-            k_next, v_next = _load_kv_tile(
-                k_ptr, v_ptr, blk, j0 + STEP_KEYS, t + TILE_STEP < t_hi, kv_len, offs_n, offs_d, stride_kb,
-                stride_kp, stride_vb, stride_vp, PAGE, BLOCK_N, FULL and not INTERIOR, KV_SAME_STRIDES, KV_ROW_I32,
-                KV_SLOT_SHIFT,
+            k_next, v_next = _attend_tile(
+                acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, j0 + STEP_KEYS, kv_len,
+                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
+                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
+                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=1, tile_ok=t + TILE_STEP < t_hi,
             )  # fmt: skip
             if FULL:
                 # band-masked even in interior tiles: the tile after the range may be anywhere
                 bias_next = _tile_bias(rel_row_ptr, stride_re, q_pos, j0 + STEP_KEYS, offs_n, REL_EXTENT, ASM_GATHER)
-                d = (q_pos - j0)[:, None] - offs_n[None, :]
-            else:
-                d = 0
-            s = _scores(q, k, bias, d, qk_scale, WINDOW_LEFT, FULL, DOT_PRECISION, INTERIOR)
-            acc, m_i, l_i = _softmax_step(acc, m_i, l_i, s, v, DOT_PRECISION)
+            acc, m_i, l_i = _attend_tile(
+                acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, j0, kv_len,
+                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
+                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
+                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=2, k_in=k, v_in=v,
+            )  # fmt: skip
             k = k_next
             v = v_next
             blk = blk_after
