@@ -6,7 +6,9 @@ before each).
 
 A graph of one empty kernel, and of two back to back (as the split-KV forward and its combine),
 each launched as 264 programs of 4 warps (two per H200 SM) that do nothing. What a graph of
-``n`` kernels costs before any work: the least a decode step of ours can measure. Used for
+``n`` kernels costs before any work: the least a decode step of ours can measure. Also one
+kernel after a small memset (``torch.zeros`` of a few int32 counters inside the graph, as an
+in-kernel split combine needs), to price a memset node against a kernel node. Used for
 meta/logs/graph_floor_*.log.
 """
 
@@ -41,6 +43,16 @@ def main() -> None:
     for n in (1, 2, 3):
         ms = time_cuda_graph(launches(n), cfg, device)
         print(f"CUDA graph of {n} empty kernel(s), 264 programs x 4 warps: median {ms * 1e3:.2f} us", flush=True)
+
+    def zeros_then_kernel(count: int):
+        def fn():
+            counters = torch.zeros(count, dtype=torch.int32, device=device)
+            _empty_kernel[(264,)](counters, -1, num_warps=4)
+        return fn
+
+    for count in (64, 4096):
+        ms = time_cuda_graph(zeros_then_kernel(count), cfg, device)
+        print(f"CUDA graph of torch.zeros({count}, int32) then 1 empty kernel: median {ms * 1e3:.2f} us", flush=True)
 
 
 if __name__ == "__main__":
