@@ -77,9 +77,6 @@ DECODE_CONFIGS = [
     FwdConfig(16, 64, 4, 2, asm_gather=False, split_strided=True),
     FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True),
     FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True),  # the default elsewhere
-    # L2 prefetches of the K/V tiles ahead of the loads (CUDA only).
-    FwdConfig(16, 64, 4, 2, asm_gather=False, l2_ahead=4),
-    FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True, l2_ahead=3),
 ]
 SPLITS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
@@ -139,7 +136,6 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
                 max_registers=config.max_registers,
                 split_strided=config.split_strided,
                 kv_prefetch=config.kv_prefetch,
-                l2_ahead=config.l2_ahead,
                 timing="cuda_graph" if kind == "decode" else "do_bench")  # fmt: skip
     t0 = time.perf_counter()
     try:

@@ -1,6 +1,6 @@
 """Decode sweep on a GPU: launch configurations x split counts for the decode anchor cases, timed like the tuner (CUDA-graph replay medians, L2 flushed).
 
-    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency, l2
+    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency
 
 Where ``python -m inkling_ops.tuning`` sweeps split counts with the default configuration and then
 tries each candidate at the best count, this crosses them. Writes one tuner-style record per point
@@ -110,21 +110,7 @@ LATENCY_PLAN = {
         (_cfg(64, 4, 1, pdl=True, **_SP), [4]),
     ],
 }
-#: L2 prefetches (``FwdConfig.l2_ahead``) added to the defaults: more bytes in flight per
-#: program without registers or shared memory (ncu at 42596d7: the 128K forward kernel at 58% of
-#: DRAM peak). A distance at least the program's tile count requests every tile at the start.
-_L2 = [0, 2, 3, 4, 8]
-L2_PLAN = {
-    "decode_b1_128k": [(_cfg(64, 4, 1, l2_ahead=d, **_SP), [256]) for d in _L2]
-    + [(_cfg(64, 4, 1, l2_ahead=d, **_SP), [128]) for d in (0, 4, 8)]
-    + [(_cfg(128, 4, 2, l2_ahead=d, split_strided=True), [256]) for d in (0, 2, 4)],
-    "decode_b64_8k_local": [(_cfg(64, 4, 2, l2_ahead=d), [1, 2]) for d in _L2]
-    + [(_cfg(64, 4, 2, l2_ahead=4), [4])]
-    + [(_cfg(64, 4, 1, kv_prefetch=True, l2_ahead=d), [1, 2]) for d in (0, 4)],
-    "decode_b64_8k": [(_cfg(64, 4, 1, l2_ahead=d, **_SP), [4]) for d in _L2]
-    + [(_cfg(64, 4, 1, l2_ahead=4, **_SP), [2, 8])],
-}
-PLANS = {"depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN, "latency": LATENCY_PLAN, "l2": L2_PLAN}
+PLANS = {"depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN, "latency": LATENCY_PLAN}
 
 
 def main(out_path: str, plan_name: str = "depth") -> None:

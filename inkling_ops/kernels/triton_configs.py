@@ -47,11 +47,6 @@ class FwdConfig:
     #: does not pipeline the loop itself: at 2 stages it gives the 16-row decode tile only one
     #: K/V buffer, so each tile's load waits for the previous tile's compute
     kv_prefetch: bool = False
-    #: ask L2 for the K/V of the tile this many tiles ahead of the one being computed (one
-    #: ``prefetch.global.L2`` per 128-byte line, CUDA only; 0: off). More bytes in flight per
-    #: program without registers or shared memory; with it at least the program's tile count,
-    #: every tile is requested as the loop starts
-    l2_ahead: int = 0
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).

@@ -70,41 +70,6 @@ def _tile_blocks(bt_row, j0, max_blocks_per_seq, num_blocks, offs_n, PAGE: tl.co
 
 
 @triton.jit
-def _prefetch_tile_l2(
-    k_ptr, v_ptr, blk, j0, tile_ok, stride_kb, stride_kp, stride_vb, stride_vp, offs_n,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-):  # fmt: skip
-    """Ask L2 for the K and V rows of keys [j0, j0 + BLOCK_N) (``prefetch.global.L2``, one
-    instruction per 128-byte line); nothing when the scalar ``tile_ok`` is false.
-
-    A hint with no result: it only makes the later loads of the tile hit L2. ``blk`` comes
-    from :func:`_tile_blocks` (clamped), and a slot is below PAGE, so every address lies inside
-    the caches even for keys past kv_len. PTX only (callers gate it off in the interpreter).
-    Equivalent PyTorch: none (no effect on any value).
-    """
-    LINE: tl.constexpr = 128 // (k_ptr.dtype.element_ty.primitive_bitwidth // 8)  # elements per line
-    NUM_LINES: tl.constexpr = (HEAD_DIM + LINE - 1) // LINE
-    offs_line = tl.arange(0, NUM_LINES) * LINE
-    blk = blk.to(tl.int64)
-    if PAGE >= BLOCK_N:
-        slots = ((j0 % PAGE) + offs_n).to(tl.int64)
-    else:
-        slots = ((j0 + offs_n) % PAGE).to(tl.int64)
-    ok = (offs_n < tl.where(tile_ok, BLOCK_N, 0)).to(tl.int32)[:, None] + offs_line[None, :] * 0
-    k_lines = k_ptr + (blk * stride_kb + slots * stride_kp)[:, None] + offs_line[None, :]
-    v_lines = v_ptr + (blk * stride_vb + slots * stride_vp)[:, None] + offs_line[None, :]
-    for lines in tl.static_range(2):
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
-            "=r,l,r",
-            [k_lines if lines == 0 else v_lines, ok],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
-
-
-@triton.jit
 def _gather(ptrs, mask, ASM_GATHER: tl.constexpr):
     """``tl.load(ptrs, mask, other=0)`` of a 16-bit tensor, element by element.
 
@@ -278,7 +243,6 @@ def _tile_loop(
     DOT_PRECISION: tl.constexpr, FULL: tl.constexpr, BIAS_AHEAD: tl.constexpr, ASM_GATHER: tl.constexpr,
     KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
     t_phase=0, TILE_STEP: tl.constexpr = 1, KV_PREFETCH: tl.constexpr = False,
-    pf_hi=0, HEAD_DIM: tl.constexpr = 0, L2_AHEAD: tl.constexpr = 0,
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) of one kind (see :func:`_attend_tile`): plain (FULL=False), masked and
     biased (FULL=True), or interior band tiles (FULL and INTERIOR, see :func:`_masked_tiles`).
@@ -296,25 +260,10 @@ def _tile_loop(
     K and V are loaded into registers while this one is computed, and its block ids two tiles
     ahead; biased tiles then always take their bias one tile ahead. Loads of a tile past the
     range are masked off, so they cost no memory traffic.
-
-    L2_AHEAD > 0 (CUDA only): L2 prefetches run L2_AHEAD tiles (of this phase) ahead of the
-    tile being computed, up to tile ``pf_hi`` (the program's last, so a loop also warms the
-    next loop's first tiles). A non-empty loop first asks for its tiles 1 .. L2_AHEAD - 1, then
-    each iteration loads the block ids L2_AHEAD tiles ahead and asks for that tile after its own
-    compute. More bytes in flight per program, at no register or shared-memory cost.
     """
     if TILE_STEP > 1:
         t_lo = t_lo + (t_phase + TILE_STEP - t_lo % TILE_STEP) % TILE_STEP  # first tile of this phase
     STEP_KEYS: tl.constexpr = TILE_STEP * BLOCK_N
-    if L2_AHEAD > 0:
-        if t_lo < t_hi:
-            for i in tl.static_range(1, L2_AHEAD):
-                j_pf = lo_tile + (t_lo + i * TILE_STEP) * BLOCK_N
-                blk_pf = _tile_blocks(bt_row, j_pf, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
-                _prefetch_tile_l2(
-                    k_ptr, v_ptr, blk_pf, j_pf, t_lo + i * TILE_STEP < pf_hi,
-                    stride_kb, stride_kp, stride_vb, stride_vp, offs_n, PAGE, BLOCK_N, HEAD_DIM,
-                )  # fmt: skip
     blk = _tile_blocks(bt_row, lo_tile + t_lo * BLOCK_N, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
     if BIAS_AHEAD or (KV_PREFETCH and FULL):
         bias = _tile_bias(rel_row_ptr, stride_re, q_pos, lo_tile + t_lo * BLOCK_N, offs_n, REL_EXTENT, ASM_GATHER)
@@ -331,10 +280,6 @@ def _tile_loop(
         blk = _tile_blocks(bt_row, j_first + STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
         for t in tl.range(t_lo, t_hi, TILE_STEP):
             j0 = lo_tile + t * BLOCK_N
-            if L2_AHEAD > 0:
-                blk_pf = _tile_blocks(
-                    bt_row, j0 + L2_AHEAD * STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-                )
             blk_after = _tile_blocks(
                 bt_row, j0 + 2 * STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
             )
@@ -353,11 +298,6 @@ def _tile_loop(
                 offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
                 KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=2, k_in=k, v_in=v,
             )  # fmt: skip
-            if L2_AHEAD > 0:
-                _prefetch_tile_l2(
-                    k_ptr, v_ptr, blk_pf, j0 + L2_AHEAD * STEP_KEYS, t + L2_AHEAD * TILE_STEP < pf_hi,
-                    stride_kb, stride_kp, stride_vb, stride_vp, offs_n, PAGE, BLOCK_N, HEAD_DIM,
-                )  # fmt: skip
             k = k_next
             v = v_next
             blk = blk_after
@@ -365,11 +305,6 @@ def _tile_loop(
                 bias = bias_next
     else:
         for t in tl.range(t_lo, t_hi, TILE_STEP):
-            if L2_AHEAD > 0:
-                blk_pf = _tile_blocks(
-                    bt_row, lo_tile + (t + L2_AHEAD * TILE_STEP) * BLOCK_N, max_blocks_per_seq, num_blocks, offs_n,
-                    PAGE, BLOCK_N,
-                )  # fmt: skip
             blk_next = _tile_blocks(
                 bt_row, lo_tile + (t + TILE_STEP) * BLOCK_N, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
             )
@@ -383,12 +318,6 @@ def _tile_loop(
                 offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, ASM_GATHER,
                 KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR,
             )  # fmt: skip
-            if L2_AHEAD > 0:
-                _prefetch_tile_l2(
-                    k_ptr, v_ptr, blk_pf, lo_tile + (t + L2_AHEAD * TILE_STEP) * BLOCK_N,
-                    t + L2_AHEAD * TILE_STEP < pf_hi, stride_kb, stride_kp, stride_vb, stride_vp, offs_n,
-                    PAGE, BLOCK_N, HEAD_DIM,
-                )  # fmt: skip
             blk = blk_next
             if BIAS_AHEAD:
                 bias = bias_next
@@ -406,7 +335,6 @@ def _masked_tiles(
     DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr,
     KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
     t_phase, TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr,
-    pf_hi=0, HEAD_DIM: tl.constexpr = 0, L2_AHEAD: tl.constexpr = 0,
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) that need masks or the bias. With BAND_INTERIOR the interior band tiles
     among them (keys <= every row's position, distances < E and inside the window for every row)
@@ -427,7 +355,6 @@ def _masked_tiles(
         rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
         PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
         t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
-        pf_hi=pf_hi, HEAD_DIM=HEAD_DIM, L2_AHEAD=L2_AHEAD,
     )  # fmt: skip
     if BAND_INTERIOR:
         acc, m_i, l_i = _tile_loop(
@@ -436,7 +363,6 @@ def _masked_tiles(
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
             True, t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
-            pf_hi=pf_hi, HEAD_DIM=HEAD_DIM, L2_AHEAD=L2_AHEAD,
         )  # fmt: skip
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
@@ -444,7 +370,6 @@ def _masked_tiles(
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
             t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
-            pf_hi=pf_hi, HEAD_DIM=HEAD_DIM, L2_AHEAD=L2_AHEAD,
         )  # fmt: skip
     return acc, m_i, l_i
 
@@ -466,7 +391,7 @@ def rel_attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
     PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
-    TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, L2_AHEAD: tl.constexpr,
+    TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -526,7 +451,6 @@ def rel_attn_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     # Tile ranges [ta0, ta1) masked + biased, [tp0, tp1) plain, [tb0, tb1) masked + biased.
-    pf_hi = n_tiles  # L2 prefetches stop before this tile (L2_AHEAD)
     if PASS == 0:
         if SPLIT_KV and TILE_STEP == 1:
             per_split = tl.cdiv(n_tiles, NUM_SPLITS)
@@ -539,7 +463,6 @@ def rel_attn_fwd_kernel(
         tp0 = ta1
         tp1 = tl.maximum(tp0, tl.minimum(tb1, n_plain))
         tb0 = tp1
-        pf_hi = tb1
     elif PASS == 1:
         tp0 = n_edge
         tp1 = n_plain
@@ -578,7 +501,7 @@ def rel_attn_fwd_kernel(
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            pid_split, TILE_STEP, KV_PREFETCH, pf_hi, HEAD_DIM, L2_AHEAD,
+            pid_split, TILE_STEP, KV_PREFETCH,
         )  # fmt: skip
     if PASS != 2:
         acc, m_i, l_i = _tile_loop(
@@ -587,7 +510,6 @@ def rel_attn_fwd_kernel(
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
             t_phase=pid_split, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
-            pf_hi=pf_hi, HEAD_DIM=HEAD_DIM, L2_AHEAD=L2_AHEAD,
         )  # fmt: skip
     if PASS != 1:
         acc, m_i, l_i = _masked_tiles(
@@ -595,7 +517,7 @@ def rel_attn_fwd_kernel(
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            pid_split, TILE_STEP, KV_PREFETCH, pf_hi, HEAD_DIM, L2_AHEAD,
+            pid_split, TILE_STEP, KV_PREFETCH,
         )  # fmt: skip
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
@@ -624,12 +546,6 @@ def _can_run_ptx(rel_logits: torch.Tensor) -> bool:
     """Whether the bias gather may be inline PTX: compiled for a CUDA device (not Triton's
     interpreter) and a 16-bit ``rel_logits``."""
     return not _INTERPRETED and rel_logits.is_cuda and rel_logits.element_size() == 2
-
-
-def _can_prefetch_l2(key_cache: torch.Tensor) -> bool:
-    """Whether L2 prefetches (``FwdConfig.l2_ahead``, inline PTX) can be compiled in: a CUDA
-    device, not Triton's interpreter. They change no value, so the interpreter simply omits them."""
-    return not _INTERPRETED and key_cache.is_cuda
 
 
 def _key_rows_fit_int32(key_cache: torch.Tensor) -> bool:
@@ -740,7 +656,6 @@ def launch_rel_attn_fwd(
         config.asm_gather and _can_run_ptx(rel_logits),
         same_strides, row_i32, _slot_shift(key_cache.stride(1)) if row_i32 else -1,
         num_splits if split and config.split_strided else 1, config.kv_prefetch,
-        config.l2_ahead if _can_prefetch_l2(key_cache) else 0,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
