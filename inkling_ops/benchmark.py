@@ -823,7 +823,13 @@ def time_do_bench(fn: Callable, cfg: TimingConfig) -> float:
 
 
 def time_cuda_graph(fn: Callable, cfg: TimingConfig, device: torch.device) -> float:
-    """Median ms of replaying a CUDA graph of one ``fn`` call, with the L2 flushed (eagerly) before each replay."""
+    """Median ms of replaying a CUDA graph of one ``fn`` call, with the L2 flushed (eagerly) before each replay.
+
+    Like ``do_bench``, the timed replays follow ``cfg.warmup_ms`` of untimed ones (each with its
+    flush), so they do not start on a GPU that has been idle (for the host-side checks before
+    it): without that warmup, the 1 x 128K decode measured 34.3-34.6 us inside the benchmark
+    and 33.0-33.4 us when timed in a process of its own (meta/logs/why_decode128k_16f519e.log).
+    """
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -836,6 +842,15 @@ def time_cuda_graph(fn: Callable, cfg: TimingConfig, device: torch.device) -> fl
         fn()
     torch.cuda.synchronize(device)
     flush = torch.empty(256 << 20, dtype=torch.int8, device=device)  # larger than the H200's 60 MB L2
+    warm_start, warm_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    warm_start.record()
+    flush.zero_()
+    graph.replay()
+    warm_end.record()
+    torch.cuda.synchronize(device)
+    for _ in range(int(cfg.warmup_ms / max(warm_start.elapsed_time(warm_end), 1e-3))):
+        flush.zero_()
+        graph.replay()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.graph_reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.graph_reps)]
     for start, end in zip(starts, ends, strict=True):
@@ -868,7 +883,7 @@ def time_peer(prepared: Prepared, case: BenchCase, cfg: TimingConfig, device: to
         if not prepared.capturable:
             return time_do_bench(prepared.fn, cfg), do_bench_method + " (not capturable: host-synchronizing backend)"
         try:
-            return time_cuda_graph(prepared.fn, cfg, device), f"CUDA graph replay median of {cfg.graph_reps} (L2 flushed)"
+            return time_cuda_graph(prepared.fn, cfg, device), f"CUDA graph replay median of {cfg.graph_reps} after {cfg.warmup_ms} ms of warmup replays (L2 flushed)"
         except RuntimeError as exc:
             torch.cuda.synchronize(device)  # raises again if the context is broken: the run stops there
             return time_do_bench(prepared.fn, cfg), do_bench_method + f" (graph capture failed: {first_line(exc)})"
