@@ -122,6 +122,9 @@ BAND_CASES = [
     # E several tiles wide, so interior band tiles exist (with and without a window inside E)
     ("wide_band_mha", dict(q_lens=[64, 5], kv_lens=[400, 150], rel_extent=128, num_heads=2, num_kv_heads=2)),
     ("wide_band_window", dict(q_lens=[64], kv_lens=[400], rel_extent=128, window_left=100, num_heads=4, num_kv_heads=2)),
+    # pages of several 16-key tiles: a tile starts inside its page (int32 key rows at page >= tile)
+    ("page64_decode_extend", dict(q_lens=[1, 7], kv_lens=[300, 170], rel_extent=40, num_heads=8, num_kv_heads=1, page_size=64)),
+    ("page32_window_packed", dict(q_lens=[3, 1], kv_lens=[200, 90], rel_extent=24, window_left=50, num_heads=4, num_kv_heads=2, page_size=32, packed_kv=True)),
 ]
 
 

@@ -154,11 +154,15 @@ def _attend_tile(
     ``meta/logs/ab_band_390be60_vs_c334786.log``).
     """
     keys = j0 + offs_n
-    if PAGE < BLOCK_N and KV_ROW_I32:
-        # Pages smaller than a tile, K and V alike, every key row of the cache numbered in int32
-        # (see launch_rel_attn_fwd): one 32-bit multiply-add and one widening multiply per key.
-        # j0 is a multiple of PAGE, so a key's slot is its offset in the tile modulo PAGE.
-        rows = blk * (stride_kb // stride_kp) + offs_n % PAGE
+    if (PAGE < BLOCK_N or KV_MODE == 1) and KV_ROW_I32:
+        # Pages smaller than a tile (or the register-prefetch loads), K and V alike, every key
+        # row of the cache numbered in int32 (see launch_rel_attn_fwd): one 32-bit multiply-add
+        # and one widening multiply per key. With pages smaller than a tile, j0 is a multiple of
+        # PAGE, so a key's slot is its offset in the tile modulo PAGE.
+        if PAGE < BLOCK_N:
+            rows = blk * (stride_kb // stride_kp) + offs_n % PAGE
+        else:
+            rows = blk * (stride_kb // stride_kp) + (j0 % PAGE + offs_n)
         if KV_SLOT_SHIFT >= 0:
             # The slot stride is 2**KV_SLOT_SHIFT elements (one key row: Hkv * D, a power of
             # two for the usual head counts): a shift, which also lets the compiler fold the
