@@ -99,16 +99,33 @@ def default_output(case) -> torch.Tensor:
     return expected
 
 
+def command_line(argv: list[str]) -> str:
+    """The command that made a record, from ``sys.argv``: ``python3 -m inkling_ops.tuning ...``
+    for the tuner, ``python3 scripts/NAME.py ...`` for a sweep script that records through it.
+
+    Equivalent Python: ``"python3 " + (" ".join(["-m inkling_ops.tuning", *argv[1:]]) if the tuner else " ".join(argv))``
+    with the script's path shown from ``scripts/``.
+    """
+    script = Path(argv[0]) if argv else Path("-m")
+    if script.name == "tuning.py" and script.parent.name == "inkling_ops" or not argv or argv[0] == "-m":
+        program = ["-m", "inkling_ops.tuning"]
+    elif script.parent.name == "scripts":
+        program = [f"scripts/{script.name}"]
+    else:
+        program = [str(script)]
+    return " ".join(["python3", *program, *argv[1:]])
+
+
 def _environment() -> dict:
     import triton
 
-    sha = git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
+    sha = git_state(None)[0] or "unknown"  # export $INKLING_GIT_SHA on the GPU machine (its copy of the tree has no usable .git)
     return {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "git_sha": sha,
-        "command": " ".join([sys.executable.split("/")[-1], "-m", "inkling_ops.tuning", *sys.argv[1:]]),
+        "command": command_line(sys.argv),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

@@ -293,3 +293,12 @@ def test_time_peer_uses_graph_replay_where_asked(monkeypatch, decode, graph, gra
     cfg = bm.TimingConfig(cuda_graph=graph, cuda_graph_prefill=graph_prefill)
     ms, method = bm.time_peer(bm.Prepared(fn=lambda: None), case, cfg, torch.device("cuda"))
     assert (ms, method.split()[0]) == ((1.0, "CUDA") if expected == "graph" else (2.0, "triton"))
+
+
+def test_tuning_records_name_the_command_that_made_them():
+    """Sweep scripts record through the tuner's helpers; their records must name the script."""
+    from inkling_ops.tuning import command_line
+
+    assert command_line(["/repo/inkling_ops/tuning.py", "--quick", "--out", "X"]) == "python3 -m inkling_ops.tuning --quick --out X"
+    assert command_line(["/root/repo/scripts/sweep_decode.py", "OUT.jsonl", "l2"]) == "python3 scripts/sweep_decode.py OUT.jsonl l2"
+    assert command_line(["other.py", "a"]) == "python3 other.py a"
