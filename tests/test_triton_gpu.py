@@ -53,6 +53,22 @@ def test_matrix_bf16(kwargs, page_size, packed_kv):
     assert torch.all(out[n:] == 3.0), "rows past cu_seqlens_q[-1] were written"
 
 
+@pytest.mark.parametrize("page_size", [24, 48, 96])
+@pytest.mark.parametrize("case_id", ["chunked_16_2", "decode_64_8", "decode_sliding_64_16", "spec_verify_4_1"])
+def test_pages_that_do_not_tile_evenly(case_id, page_size):
+    """Pages that neither divide nor are a multiple of the kernels' 32/64/128-key tiles, so a
+    tile spans pages unevenly (the spec allows any block_size)."""
+    case = make_case(
+        **dict(MATRIX)[case_id], head_dim=128, page_size=page_size, dtype=torch.bfloat16, device=DEV, extra_tokens=3
+    )
+    n = sum(case.q_lens)
+    ref = _reference_fp32(case)
+    out = torch.full_like(case.q, 3.0)
+    inkling_ops.rel_attn(*case.args(), **case.kwargs(), out=out)
+    assert torch.isfinite(out[:n]).all(), "NaN/inf garbage from unused pages reached out"
+    torch.testing.assert_close(out[:n].float(), ref[:n], **TOL)
+
+
 @pytest.mark.parametrize("num_splits", [1, 2, 7, 64])
 def test_forced_splits(num_splits):
     case = make_case(q_lens=[1, 4, 1], kv_lens=[5000, 300, 3], num_heads=8, num_kv_heads=1, rel_extent=1024,

@@ -38,6 +38,10 @@ CASES = [
     ("g16_page16", dict(q_lens=[5, 1], kv_lens=[80, 30], rel_extent=24, num_heads=16, num_kv_heads=1)),
     ("window0", dict(q_lens=[6], kv_lens=[20], window_left=0, rel_extent=4)),
     ("page3_odd", dict(q_lens=[4, 2], kv_lens=[11, 5], page_size=3, rel_extent=5, num_heads=2, num_kv_heads=2)),
+    # pages that neither divide nor are a multiple of the tile: a tile spans pages unevenly
+    ("page3_many_tiles", dict(q_lens=[3, 1], kv_lens=[150, 70], page_size=3, rel_extent=20, num_heads=2, num_kv_heads=1)),
+    ("page48_decode_g8", dict(q_lens=[1, 1], kv_lens=[300, 100], page_size=48, rel_extent=40, num_heads=8, num_kv_heads=1)),
+    ("page96_extend", dict(q_lens=[40, 1], kv_lens=[250, 130], page_size=96, rel_extent=24, num_heads=4, num_kv_heads=1)),
 ]
 
 
@@ -125,6 +129,7 @@ BAND_CASES = [
     # pages of several 16-key tiles: a tile starts inside its page (int32 key rows at page >= tile)
     ("page64_decode_extend", dict(q_lens=[1, 7], kv_lens=[300, 170], rel_extent=40, num_heads=8, num_kv_heads=1, page_size=64)),
     ("page32_window_packed", dict(q_lens=[3, 1], kv_lens=[200, 90], rel_extent=24, window_left=50, num_heads=4, num_kv_heads=2, page_size=32, packed_kv=True)),
+    ("page24_window", dict(q_lens=[2, 1], kv_lens=[130, 60], rel_extent=20, window_left=40, num_heads=4, num_kv_heads=2, page_size=24)),
 ]
 
 

@@ -57,15 +57,17 @@ def _tile_ranges(qa_lo, qa_hi, kv_len, BLOCK_N: tl.constexpr, REL_EXTENT: tl.con
 
 @triton.jit
 def _tile_blocks(bt_row, j0, max_blocks_per_seq, num_blocks, offs_n, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Clamped KV block ids of keys [j0, j0 + BLOCK_N): a scalar when the tile lies in one page
-    (PAGE >= BLOCK_N), else one per key. Safe for any j0 (the entry index is clamped too), so the
-    caller can fetch the next tile's ids one iteration ahead."""
-    if PAGE >= BLOCK_N:
+    """Clamped KV block ids of keys [j0, j0 + BLOCK_N): a scalar when every tile lies in one page
+    (PAGE a multiple of BLOCK_N), else one per key. Safe for any j0 (the entry index is clamped
+    too), so the caller can fetch the next tile's ids one iteration ahead. No mask: keys past
+    kv_len are masked where K/V load."""
+    if PAGE % BLOCK_N == 0:
         blk = tl.load(bt_row + tl.minimum(j0 // PAGE, max_blocks_per_seq - 1))
-    else:
-        # j0 is a multiple of BLOCK_N, so of PAGE: a scalar page plus a constant per key. No
-        # mask: the entry index is clamped, and keys past kv_len are masked where K/V load.
+    elif BLOCK_N % PAGE == 0:
+        # j0 is a multiple of BLOCK_N, so of PAGE: a scalar page plus a constant per key.
         blk = tl.load(bt_row + tl.minimum(j0 // PAGE + offs_n // PAGE, max_blocks_per_seq - 1))
+    else:  # pages that neither divide nor are a multiple of the tile
+        blk = tl.load(bt_row + tl.minimum((j0 + offs_n) // PAGE, max_blocks_per_seq - 1))
     return tl.minimum(tl.maximum(blk, 0), num_blocks - 1)
 
 
@@ -154,15 +156,18 @@ def _attend_tile(
     ``meta/logs/ab_band_390be60_vs_c334786.log``).
     """
     keys = j0 + offs_n
-    if (PAGE < BLOCK_N or KV_MODE == 1) and KV_ROW_I32:
-        # Pages smaller than a tile (or the register-prefetch loads), K and V alike, every key
-        # row of the cache numbered in int32 (see launch_rel_attn_fwd): one 32-bit multiply-add
-        # and one widening multiply per key. With pages smaller than a tile, j0 is a multiple of
-        # PAGE, so a key's slot is its offset in the tile modulo PAGE.
-        if PAGE < BLOCK_N:
+    # ``blk`` holds one id per key unless every tile lies in one page (see _tile_blocks).
+    if (PAGE % BLOCK_N != 0 or KV_MODE == 1) and KV_ROW_I32:
+        # Pages per key (or the register-prefetch loads), K and V alike, every key row of the
+        # cache numbered in int32 (see launch_rel_attn_fwd): one 32-bit multiply-add and one
+        # widening multiply per key. When pages divide the tile, j0 is a multiple of PAGE, so a
+        # key's slot is its offset in the tile modulo PAGE.
+        if PAGE % BLOCK_N == 0:
+            rows = blk * (stride_kb // stride_kp) + (j0 % PAGE + offs_n)
+        elif BLOCK_N % PAGE == 0:
             rows = blk * (stride_kb // stride_kp) + offs_n % PAGE
         else:
-            rows = blk * (stride_kb // stride_kp) + (j0 % PAGE + offs_n)
+            rows = blk * (stride_kb // stride_kp) + keys % PAGE
         if KV_SLOT_SHIFT >= 0:
             # The slot stride is 2**KV_SLOT_SHIFT elements (one key row: Hkv * D, a power of
             # two for the usual head counts): a shift, which also lets the compiler fold the
@@ -175,12 +180,12 @@ def _attend_tile(
         v_off = k_off
     else:
         blk = blk.to(tl.int64)
-        if PAGE >= BLOCK_N:
+        if PAGE % BLOCK_N == 0:
             slots = ((j0 % PAGE) + offs_n).to(tl.int64)
         else:
             slots = (keys % PAGE).to(tl.int64)
         k_off = blk * stride_kb + slots * stride_kp
-        if KV_SAME_STRIDES and PAGE < BLOCK_N:
+        if KV_SAME_STRIDES and PAGE % BLOCK_N != 0:
             # K and V pages laid out alike (the usual case): one per-key address computation.
             # (With one page per tile the addresses are cheap, and sharing them made ptxas spill.)
             v_off = k_off
