@@ -195,6 +195,16 @@ def tune(
     return records
 
 
+def write_records(path: str | Path, records: list[dict], *, append: bool = True) -> None:
+    """Write ``records`` as JSON lines to ``path`` (appended, or replacing the file), creating
+    its folder. Used by the tuner and by the sweep scripts under ``scripts/``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--page-sizes", default="16,128")
@@ -212,10 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     records = tune([int(p) for p in args.page_sizes.split(",")], args.quick, args.only, splits, kinds)
     paths = [Path(args.record)] + ([Path(args.out) / "tuning_records.jsonl"] if args.out else [])
     for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as f:
-            for rec in records:
-                f.write(json.dumps(rec) + "\n")
+        write_records(path, records)
     print(f"wrote {len(records)} records to {', '.join(map(str, paths))}")
 
 

@@ -9,13 +9,12 @@ tries each candidate at the best count, this crosses them. Writes one tuner-styl
 
 from __future__ import annotations
 
-import json
 import sys
 
 import torch
 
 from inkling_ops.kernels.triton_configs import FwdConfig
-from inkling_ops.tuning import DECODE_CASES, _environment, _measure, default_output, tuning_case
+from inkling_ops.tuning import DECODE_CASES, _environment, _measure, default_output, tuning_case, write_records
 
 
 def _cfg(
@@ -127,9 +126,7 @@ def main(out_path: str, plan_name: str = "depth") -> None:
             for config, split_counts in items:
                 for splits in split_counts:
                     records.append(_measure(case, expected, name, "decode", page, splits, config, True, env))
-    with open(out_path, "w") as f:
-        for record in records:
-            f.write(json.dumps(record) + "\n")
+    write_records(out_path, records, append=False)
 
 
 if __name__ == "__main__":

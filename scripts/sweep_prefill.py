@@ -12,13 +12,12 @@ meta/logs/sweep_prefill_*.log.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import torch
 
 from inkling_ops.kernels.triton_configs import FwdConfig
-from inkling_ops.tuning import PREFILL_CASES, _environment, _measure, default_output, tuning_case
+from inkling_ops.tuning import PREFILL_CASES, _environment, _measure, default_output, tuning_case, write_records
 
 _PLAIN = FwdConfig(128, 128, 8, 3)
 
@@ -92,9 +91,7 @@ def main(out_path: str, plan: str = "page16") -> None:
         expected = default_output(case)
         for config in [default, *(c for c in configs if c != default)]:
             records.append(_measure(case, expected, name, "prefill", page, 1, config, True, env))
-    with open(out_path, "w") as f:
-        for record in records:
-            f.write(json.dumps(record) + "\n")
+    write_records(out_path, records, append=False)
 
 
 if __name__ == "__main__":

@@ -302,3 +302,16 @@ def test_tuning_records_name_the_command_that_made_them():
     assert command_line(["/repo/inkling_ops/tuning.py", "--quick", "--out", "X"]) == "python3 -m inkling_ops.tuning --quick --out X"
     assert command_line(["/root/repo/scripts/sweep_decode.py", "OUT.jsonl", "l2"]) == "python3 scripts/sweep_decode.py OUT.jsonl l2"
     assert command_line(["other.py", "a"]) == "python3 other.py a"
+
+
+def test_write_records_appends_or_replaces_json_lines(tmp_path):
+    import json
+
+    from inkling_ops.tuning import write_records
+
+    path = tmp_path / "sub" / "records.jsonl"
+    write_records(path, [{"a": 1}])
+    write_records(path, [{"b": 2}])
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"a": 1}, {"b": 2}]
+    write_records(path, [{"c": 3}], append=False)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"c": 3}]
