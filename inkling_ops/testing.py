@@ -43,7 +43,7 @@ class RelAttnCase:
     def args(self) -> tuple:
         return (self.q, self.key_cache, self.value_cache)
 
-    def run_triton(self, out: torch.Tensor, *, num_splits: int, config):
+    def run_triton(self, out: torch.Tensor, *, num_splits: int, config, launch_fwd=None):
         """The Triton kernels on this case with an explicit split count and launch configuration
         (``FwdConfig``), bypassing the dispatcher: for the tuner, the profiler and kernel tests.
 
@@ -54,7 +54,7 @@ class RelAttnCase:
         return run_triton(
             self.q, self.key_cache, self.value_cache, self.block_table, self.cache_seqlens, self.cu_seqlens_q,
             self.rel_logits, out, softmax_scale=self.softmax_scale, window_left=self.window_size[0],
-            max_seqlen_q=self.max_seqlen_q, num_splits=num_splits, config=config,
+            max_seqlen_q=self.max_seqlen_q, num_splits=num_splits, config=config, launch_fwd=launch_fwd,
         )  # fmt: skip
 
     def triton_config(self):

@@ -4,8 +4,8 @@
     python3 scripts/ab_fwd_module.py /tmp/base_fwd.py [CASE:PAGE[:SPLITS] ...]  # default: prefill8k_global:128 prefill8k_global:16
 
 Loads the given copy of ``inkling_ops/kernels/triton_fwd.py`` as a module of this package (so its
-relative imports resolve here), runs each case's default configuration with both modules (with
-SPLITS > 1, split-KV and this checkout's combine), checks that the outputs agree, then times them alternately (four CUDA-graph replay medians each, L2
+relative imports resolve here), runs each case's default configuration with both modules through
+the backend's ``run_triton`` (same passes, workspace and combine; with SPLITS > 1, split-KV), checks that the outputs agree, then times them alternately (four CUDA-graph replay medians each, L2
 flushed). Meant for changes that should not change what runs, such as a refactor whose SASS
 digest (``python -m inkling_ops.kernel_report --sass``) moved. Used for
 meta/logs/ab_band_390be60_vs_c334786.log.
@@ -21,7 +21,6 @@ import torch
 
 from inkling_ops.benchmark import TimingConfig, time_cuda_graph
 from inkling_ops.kernels import triton_fwd
-from inkling_ops.kernels.triton_combine import launch_rel_attn_combine
 from inkling_ops.tuning import DECODE_CASES, PREFILL_CASES, tuning_case
 
 
@@ -35,28 +34,12 @@ def _load_baseline(path: str):
 
 
 def _runner(module, case, config, splits: int):
-    """A call of ``case`` through ``module.launch_rel_attn_fwd``: one or two passes, or with
-    ``splits > 1`` split-KV followed by the combine."""
+    """A call of ``case`` through the backend's ``run_triton`` with ``module.launch_rel_attn_fwd``:
+    one or two passes, or with ``splits > 1`` split-KV followed by the combine."""
     out = torch.zeros_like(case.q)
-    tokens, heads, head_dim = case.q.shape
-    lse = torch.empty(tokens, heads, dtype=torch.float32, device=case.q.device)
-    part_out = torch.empty(splits, tokens, heads, head_dim, dtype=torch.float32, device=case.q.device)
-    part_lse = torch.empty(splits, tokens, heads, dtype=torch.float32, device=case.q.device)
-    args = (case.q, case.key_cache, case.value_cache, case.rel_logits, case.block_table, case.cache_seqlens,
-            case.cu_seqlens_q, out)  # fmt: skip
-    common = dict(softmax_scale=case.softmax_scale, window_left=case.window_size[0], max_seqlen_q=case.max_seqlen_q)
 
     def call():
-        if splits > 1:
-            module.launch_rel_attn_fwd(*args, **common, num_splits=splits, config=config, part_out=part_out, part_lse=part_lse)
-            launch_rel_attn_combine(part_out, part_lse, out, case.cu_seqlens_q)
-        elif config.plain is not None:
-            module.launch_rel_attn_fwd(*args, **common, num_splits=1, config=config.plain, part_lse=lse, fwd_pass=1)
-            module.launch_rel_attn_fwd(
-                *args, **common, num_splits=1, config=config, part_lse=lse, fwd_pass=2, pass1_config=config.plain
-            )
-        else:
-            module.launch_rel_attn_fwd(*args, **common, num_splits=1, config=config)
+        case.run_triton(out, num_splits=splits, config=config, launch_fwd=module.launch_rel_attn_fwd)
 
     return call, out
 

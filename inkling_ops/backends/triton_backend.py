@@ -92,14 +92,19 @@ def run_triton(
     max_seqlen_q: int,
     num_splits: int,
     config,
+    launch_fwd=None,
 ):
     """Forward kernel (and, with num_splits > 1, the combine) with an explicit launch config.
 
     The backend's ``run`` uses the tuned config; the tuner (``inkling_ops.tuning``) calls this
-    with candidates. Arguments must already be validated.
+    with candidates. Arguments must already be validated. ``launch_fwd``: another copy of
+    ``launch_rel_attn_fwd`` to launch instead (``scripts/ab_fwd_module.py`` times an older
+    kernel module through the same passes, workspace and combine).
     """
     from ..kernels.triton_combine import launch_rel_attn_combine
-    from ..kernels.triton_fwd import launch_rel_attn_fwd
+    from ..kernels.triton_fwd import launch_rel_attn_fwd as default_launch_fwd
+
+    launch_rel_attn_fwd = launch_fwd or default_launch_fwd
 
     num_tokens, num_heads, head_dim = q.shape
     if rel_logits.stride(2) != 1:
