@@ -1,6 +1,6 @@
 """Decode sweep on a GPU: launch configurations x split counts for the decode anchor cases, timed like the tuner (CUDA-graph replay medians, L2 flushed).
 
-    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency
+    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency, wave, bias, warps
 
 Where ``python -m inkling_ops.tuning`` sweeps split counts with the default configuration and then
 tries each candidate at the best count, this crosses them. Writes one tuner-style record per point
@@ -109,7 +109,64 @@ LATENCY_PLAN = {
         (_cfg(64, 4, 1, pdl=True, **_SP), [4]),
     ],
 }
-PLANS = {"depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN, "latency": LATENCY_PLAN}
+#: The sliding decode is a chain of ~2 us per tile (meta/logs/probe_sliding_decode_*.log: one
+#: 64-key tile 9.6 us, two 11.9, four 16.1, eight 25.5 unsplit), yet 4 splits measured slower than
+#: 2: at 168 registers three programs fit an SM, so 512 programs (64 requests x 2 KV heads x 4)
+#: take two waves. Register caps (and fewer stages: less shared memory) let 4-8 splits of one or
+#: two tiles each run in one wave.
+WAVE_PLAN = {
+    "decode_b64_8k_local": [
+        (_cfg(64, 4, 2), [2, 4]),  # the default configuration
+        (_cfg(64, 4, 2, pdl=True), [2, 4]),
+        (_cfg(64, 4, 2, 128), [4, 8]),  # four programs of 4 warps per SM
+        (_cfg(64, 4, 2, 128, pdl=True), [4, 8]),
+        (_cfg(64, 4, 2, 96), [4, 8]),  # five
+        (_cfg(64, 4, 1, 128), [4, 8]),  # no pipelining: one K/V buffer
+        (_cfg(64, 2, 2), [4, 8]),  # 2 warps
+        (_cfg(64, 2, 2, 128), [4, 8]),
+        (_cfg(32, 4, 2, 96), [4, 8, 16]),
+        (_cfg(32, 2, 2, 128), [8, 16]),
+    ],
+}
+#: ncu's warp-stall sampling of the sliding decode (meta/logs/ncu_decode_local_p16_s2_stalls_*)
+#: puts 30% of all samples on one instruction: the first use of the tile's bias gather, issued at
+#: the top of the same tile. The bias a tile ahead, gathered with tl.load (converted to the MMA
+#: layout through shared memory) or with inline PTX (lands in the MMA layout).
+BIAS_PLAN = {
+    "decode_b64_8k_local": [
+        (_cfg(64, 4, 2), [1, 2]),  # the default configuration
+        (_cfg(64, 4, 2, bias_ahead=True), [1, 2]),
+        (_cfg(64, 4, 2, asm=True, bias_ahead=True), [1, 2]),
+        (_cfg(64, 4, 2, asm=True, bias_ahead=True, pdl=True), [2]),
+        (_cfg(64, 4, 2, asm=True), [2]),
+        (_cfg(128, 4, 2, asm=True, bias_ahead=True), [1, 2]),
+        (_cfg(32, 4, 2, asm=True, bias_ahead=True), [2, 4]),
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True), [1, 2]),
+    ],
+}
+#: With the bias a tile ahead (inline PTX) and three stages, the unsplit sliding decode took 21.9 /
+#: 21.6 us against 22.9 / 23.4 for the default (meta/logs/sweep_decode_bias_*.log). What is left
+#: per tile is mostly the chain of dependent instructions of ~440 per warp (ncu), issued by two
+#: warps per scheduler: eight warps split each tile's columns finer (fewer instructions per warp)
+#: and give the schedulers twice the warps.
+WARPS_PLAN = {
+    "decode_b64_8k_local": [
+        (_cfg(64, 4, 2), [2]),  # the default configuration
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True), [1, 2]),
+        (_cfg(64, 4, 4, asm=True, bias_ahead=True), [1]),
+        (_cfg(64, 8, 2), [1, 2]),
+        (_cfg(64, 8, 2, asm=True, bias_ahead=True), [1, 2]),
+        (_cfg(64, 8, 3, asm=True, bias_ahead=True), [1, 2]),
+        (_cfg(64, 8, 4, asm=True, bias_ahead=True), [1]),
+        (_cfg(128, 8, 2, asm=True, bias_ahead=True), [1, 2]),
+        (_cfg(128, 8, 3, asm=True, bias_ahead=True), [1]),
+        (_cfg(32, 8, 3, asm=True, bias_ahead=True), [1, 2]),
+    ],
+}
+PLANS = {
+    "depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN, "latency": LATENCY_PLAN, "wave": WAVE_PLAN, "bias": BIAS_PLAN,
+    "warps": WARPS_PLAN,
+}  # fmt: skip
 
 
 def main(out_path: str, plan_name: str = "depth") -> None:
