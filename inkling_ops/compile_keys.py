@@ -69,6 +69,7 @@ def split_count(
         window_left=problem.window_left,
         num_sms=facts.num_sms,
         policy=policy,
+        rel_extent=problem.rel_extent,
     )
 
 

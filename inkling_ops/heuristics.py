@@ -43,6 +43,12 @@ class SplitPolicy:
     min_keys_per_split: int = 256
     #: hard cap; also bounds the workspace.
     max_splits: int = 64
+    #: single-token decode on a layer whose window lies inside the bias extent (``0 <= window_left
+    #: < rel_extent``: a short key range, every tile a bias-band tile): aim for this many programs
+    #: per SM, rounding the split count down, and allow splits down to
+    #: ``band_only_min_keys_per_split`` keys. None: such calls follow the fields above.
+    band_only_programs_per_sm: int | None = None
+    band_only_min_keys_per_split: int = 128
 
 
 #: The policy used when a backend declares none.
@@ -58,6 +64,7 @@ def num_splits(
     window_left: int,
     num_sms: int,
     policy: SplitPolicy = DEFAULT_SPLIT_POLICY,
+    rel_extent: int = 0,
 ) -> int:
     """Split-KV count for one call, a power of two in ``[1, policy.max_splits]``.
 
@@ -65,12 +72,19 @@ def num_splits(
     finitely many values per serving configuration. ``kv_bound_bucket`` is a static bound on
     any request's KV length (the block table's width times the page size, bucketed), never a
     device value. With a window, a query needs at most ``window_left + max_seqlen_q`` keys.
+    Single-token decode with the window inside ``rel_extent`` follows the policy's
+    ``band_only_*`` fields when it sets them.
     """
     if max_seqlen_q_bucket > policy.max_split_q:
         return 1
     keys = kv_bound_bucket if window_left < 0 else min(kv_bound_bucket, window_left + max_seqlen_q_bucket)
     programs = max(1, num_reqs_bucket * num_kv_heads)
-    wanted = -(-policy.programs_per_sm * num_sms // programs)  # ceil
-    allowed = max(1, keys // policy.min_keys_per_split)
+    band_only = max_seqlen_q_bucket == 1 and 0 <= window_left < rel_extent
+    if band_only and policy.band_only_programs_per_sm is not None:
+        wanted = max(1, policy.band_only_programs_per_sm * num_sms // programs)  # floor
+        allowed = max(1, keys // policy.band_only_min_keys_per_split)
+    else:
+        wanted = -(-policy.programs_per_sm * num_sms // programs)  # ceil
+        allowed = max(1, keys // policy.min_keys_per_split)
     splits = max(1, min(wanted, allowed, policy.max_splits))
     return 1 << (splits.bit_length() - 1)  # round down to a power of two

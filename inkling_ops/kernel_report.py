@@ -199,6 +199,7 @@ ANCHOR_VARIANTS = [
     ("decode global 8/1", 8, 128, 1024, -1, 1),
     ("decode global 8/1", 8, 16, 1024, -1, 1),
     ("decode sliding 8/2", 4, 128, 512, 511, 1),
+    ("decode sliding 8/2", 4, 16, 512, 511, 1),
 ]
 
 
@@ -212,7 +213,10 @@ def default_variants() -> list[tuple[str, dict]]:
         )  # fmt: skip
         common = dict(group=group, page=page, rel_extent=extent, window_left=window)
         label = f"{name} page {page}"
-        if bucket <= 16:
+        if bucket <= 16 and 0 <= window < extent:
+            # the anchor's 64 requests x 2 KV heads run unsplit (TRITON_SPLIT_POLICY's band-only rule)
+            variants.append((f"{label} unsplit", dict(common, config=config)))
+        elif bucket <= 16:
             variants.append((f"{label} split-KV", dict(common, config=config, num_splits=4)))
         elif config.plain is not None and (window < 0 or window >= extent):
             variants.append((f"{label} pass 1 (plain)", dict(common, config=config.plain, fwd_pass=1)))

@@ -64,7 +64,9 @@ PREFILL_CONFIGS = [
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, band_interior=True),
 ]
 DECODE_CONFIGS = [
-    FwdConfig(16, 64, 4, 2, asm_gather=False),  # the default for windows inside E (fwd_config)
+    FwdConfig(16, 64, 4, 2, asm_gather=False),  # the default for windows inside E up to 9d7a5c1
+    # The default for windows inside E (fwd_config): the bias a tile ahead, two K/V tiles in flight.
+    FwdConfig(16, 64, 4, 3, bias_ahead=True),
     FwdConfig(16, 64, 4, 2),  # inline-PTX gather, the default at 27741fa
     FwdConfig(16, 64, 4, 3, asm_gather=False),
     FwdConfig(16, 128, 4, 2, asm_gather=False),

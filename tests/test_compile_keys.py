@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import inkling_ops
 from inkling_ops import compat, dispatch
 from inkling_ops.backends.base import Backend
+from inkling_ops.backends.triton_backend import TRITON_SPLIT_POLICY
 from inkling_ops.compile_keys import CompileKey, DeviceFacts, compile_key, split_count
 from inkling_ops.heuristics import DEFAULT_SPLIT_POLICY, SplitPolicy, bucket_max_seqlen_q, bucket_pow2, num_splits
 from inkling_ops.serving import ServingConfig, enumerate_compile_keys, problem_for
@@ -139,6 +140,8 @@ policies = st.builds(
     programs_per_sm=st.integers(min_value=1, max_value=8),
     min_keys_per_split=st.integers(min_value=1, max_value=4096),
     max_splits=st.integers(min_value=1, max_value=256),
+    band_only_programs_per_sm=st.one_of(st.none(), st.integers(min_value=1, max_value=8)),
+    band_only_min_keys_per_split=st.integers(min_value=1, max_value=4096),
 )
 heuristic_inputs = st.fixed_dictionaries(
     dict(
@@ -149,6 +152,7 @@ heuristic_inputs = st.fixed_dictionaries(
         window_left=st.one_of(st.just(-1), st.integers(min_value=0, max_value=8192)),
         num_sms=st.integers(min_value=1, max_value=264),
         policy=st.one_of(st.just(DEFAULT_SPLIT_POLICY), policies),
+        rel_extent=st.integers(min_value=0, max_value=8192),
     )
 )
 
@@ -207,6 +211,34 @@ HEURISTIC_CASES = {
 def test_num_splits_pinned(case_id):
     kwargs, expected = HEURISTIC_CASES[case_id]
     assert num_splits(**kwargs, num_sms=132) == expected
+
+
+def _band_only(num_reqs_bucket: int, **kw) -> dict:
+    """Single-token decode, 2 KV heads, window 511 inside E 512, 8K bound, on 132 SMs."""
+    base = dict(max_seqlen_q_bucket=1, num_reqs_bucket=num_reqs_bucket, num_kv_heads=2, kv_bound_bucket=8192,
+                window_left=511, rel_extent=512, num_sms=132, policy=TRITON_SPLIT_POLICY)  # fmt: skip
+    return dict(base, **kw)
+
+
+# (num_reqs_bucket, expected) under the Triton policy: one program per SM, rounded down, splits of
+# at least 128 keys (512 // 128 = 4 at most); measured best or within 5% of it on the H200
+BAND_ONLY_CASES = [(4, 4), (8, 4), (16, 4), (32, 2), (64, 1), (128, 1), (256, 1)]
+
+
+@pytest.mark.parametrize(("num_reqs_bucket", "expected"), BAND_ONLY_CASES)
+def test_num_splits_band_only_decode_pinned(num_reqs_bucket, expected):
+    assert num_splits(**_band_only(num_reqs_bucket)) == expected
+
+
+def test_num_splits_band_only_rule_needs_all_its_conditions():
+    """The band-only rule takes single-token decode with the window inside E and a policy that
+    sets it; anything else follows the general fields (64 requests x 2 heads: ceil(264 / 128) = 3,
+    512 // 256 = 2 -> 2 splits)."""
+    assert num_splits(**_band_only(64)) == 1
+    assert num_splits(**_band_only(64, rel_extent=511)) == 2  # window 511 not inside E 511
+    assert num_splits(**_band_only(64, window_left=-1, kv_bound_bucket=512)) == 2  # no window
+    assert num_splits(**_band_only(64, max_seqlen_q_bucket=2)) == 2  # speculative verify
+    assert num_splits(**_band_only(64, policy=DEFAULT_SPLIT_POLICY)) == 2  # policy without the rule
 
 
 # --------------------------------------------------------------------------------------------------

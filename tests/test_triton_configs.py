@@ -19,7 +19,11 @@ PINNED = [
     ("decode_32_rows", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=4, window_left=-1, rel_extent=1024, page_size=16),
      FwdConfig(32, 64, 4, 2, asm_gather=False)),
     ("decode_sliding_8_2", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=1, window_left=511, rel_extent=512, page_size=128),
-     FwdConfig(16, 64, 4, 2, asm_gather=False)),
+     FwdConfig(16, 64, 4, 3, bias_ahead=True, asm_gather=True)),
+    ("decode_sliding_8_2_page_16", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=1, window_left=511, rel_extent=512, page_size=16),
+     FwdConfig(16, 64, 4, 3, bias_ahead=True, asm_gather=True)),
+    ("decode_sliding_32_rows", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=4, window_left=511, rel_extent=512, page_size=16),
+     FwdConfig(32, 64, 4, 2, asm_gather=False)),
     ("spec_verify_16_rows", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=16, window_left=-1, rel_extent=1024, page_size=128),
      FwdConfig(64, 64, 4, 2, asm_gather=False)),
     ("prefill_global", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=8192, window_left=-1, rel_extent=1024, page_size=128),
@@ -63,7 +67,9 @@ def test_tiles_fit_and_nest(head_dim, q_per_kv, bucket_log2, window_left, rel_ex
     g_pad = 1 << max(0, q_per_kv - 1).bit_length()
     assert config.block_m >= g_pad and config.block_m % g_pad == 0
     if bucket <= DECODE_MAX_Q:
-        assert config.plain is None and not config.asm_gather
+        # decode gathers the bias with tl.load, except 16-row tiles of windows inside E
+        band_only_16 = 0 <= window_left < rel_extent and config.block_m == 16 and head_dim <= 128
+        assert config.plain is None and config.asm_gather == band_only_16
     if config.plain is not None:
         assert config.plain.block_n % config.block_n == 0
         assert (config.plain.block_m // g_pad) % (config.block_m // g_pad) == 0

@@ -78,6 +78,24 @@ def test_forced_splits(num_splits):
     torch.testing.assert_close(out.float(), ref, **TOL)
 
 
+@pytest.mark.parametrize("page_size", [16, 128])
+@pytest.mark.parametrize("num_splits", [0, 1, 2, 4, 5])
+def test_sliding_decode_inside_E(num_splits, page_size):
+    """Single-token decode with the window inside E (the bias a tile ahead, three stages), at
+    the heuristic's split count (0: unsplit for 64 requests x 2 KV heads) and forced ones: kv
+    lengths shorter than the window, one key, and windows starting mid-tile and mid-page."""
+    kv_lens = [8192, 1, 511, 512, 513, 700, 1000, 77] * 8
+    case = make_case(q_lens=[1] * len(kv_lens), kv_lens=kv_lens, num_heads=8, num_kv_heads=2, rel_extent=512,
+                     window_left=511, head_dim=128, page_size=page_size, dtype=torch.bfloat16, device=DEV,
+                     extra_tokens=2)  # fmt: skip
+    n = sum(case.q_lens)
+    ref = _reference_fp32(case)
+    out = torch.full_like(case.q, 3.0)
+    inkling_ops.rel_attn(*case.args(), **case.kwargs(), num_splits=num_splits, out=out)
+    torch.testing.assert_close(out[:n].float(), ref[:n], **TOL)
+    assert torch.all(out[n:] == 3.0)
+
+
 @pytest.mark.parametrize("head_dim", [64, 256])
 def test_other_head_dims(head_dim):
     case = make_case(q_lens=[130, 1], kv_lens=[400, 900], num_heads=8, num_kv_heads=2, rel_extent=256,

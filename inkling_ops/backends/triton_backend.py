@@ -18,8 +18,15 @@ from .base import Backend
 
 #: Split-KV policy of the Triton decode path, from the H200 sweep in meta/tuning_records.jsonl
 #: (CUDA-graph timing, commit eb462e3): 64 x 8K global was within 10% of its best from 4 to 32
-#: splits, 1 x 128K fastest at 256 (the most tried), 64 x 8K sliding (512 keys) at 2.
-TRITON_SPLIT_POLICY = SplitPolicy(max_split_q=16, programs_per_sm=2, min_keys_per_split=256, max_splits=256)
+#: splits, 1 x 128K fastest at 256 (the most tried). Single-token decode on sliding layers whose
+#: window lies inside E (512 keys at the anchors) runs one program per SM, rounded down, and
+#: splits as short as 128 keys: with its configuration (``fwd_config``) that was within 5% of the
+#: fastest split count from 4 to 256 requests at 8 / 2 heads (4 splits up to 16 requests, 2 at
+#: 32, 1 from 64; meta/logs/probe_sliding_decode_batches_*.log).
+TRITON_SPLIT_POLICY = SplitPolicy(
+    max_split_q=16, programs_per_sm=2, min_keys_per_split=256, max_splits=256,
+    band_only_programs_per_sm=1, band_only_min_keys_per_split=128,
+)  # fmt: skip
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
 
 

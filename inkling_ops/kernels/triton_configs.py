@@ -76,9 +76,13 @@ def fwd_config(
       on a layer with plain tiles (global, or a window wider than E), the next tile's K/V are
       loaded into registers during this one (one stage) and split ``s`` of ``S`` takes every
       S-th tile: 1 x 128K 33.3-33.5 us against 34.7 (page 16) and 34.0-34.2 against 34.4-34.6
-      (page 128), 64 x 8K 86 us against 89. Otherwise two stages (Triton's pipeline, one tile
-      in flight): a sliding window inside E is all band tiles, and the prefetch measured
-      1.2 us slower there (24.0 against 22.8 us).
+      (page 128), 64 x 8K 86 us against 89. A sliding window inside E is all band tiles: with
+      at most 16 rows each tile's bias is gathered one tile ahead with inline PTX, and three
+      stages keep two K/V tiles in flight (64 x 8K at 8 / 2 heads, unsplit: 21.4-21.8 us at
+      page 16 and 21.2-21.6 at page 128, against 22.7-22.9 and 23.4-23.6 for two stages with
+      the bias gathered at its tile, split in 2; ncu put 30% of that kernel's stall samples on
+      the wait for the bias gathered at its tile). Otherwise two stages (Triton's pipeline,
+      one tile in flight).
     - Prefill at head_dim <= 128, global layers (and windows wider than the bias extent), pages
       of at least ``TWO_PASS_MIN_PAGE`` keys: two launches. The plain tiles run in 128-row /
       128-key / 8-warp programs with three stages; then the window-edge, bias-band and
@@ -104,6 +108,10 @@ def fwd_config(
                 block_m=16, block_n=64, num_warps=4, num_stages=1, asm_gather=False, kv_prefetch=True,
                 split_strided=True,
             )  # fmt: skip
+        if block_m == 16 and head_dim <= 128:
+            # A window inside E: every tile is a band tile. The bias a tile ahead (inline PTX,
+            # straight into the MMA layout) and two K/V tiles in flight.
+            return FwdConfig(block_m=16, block_n=64, num_warps=4, num_stages=3, bias_ahead=True, asm_gather=True)
         return FwdConfig(
             block_m=block_m, block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=2, asm_gather=False,
         )  # fmt: skip
