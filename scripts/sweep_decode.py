@@ -1,6 +1,6 @@
 """Decode sweep on a GPU: launch configurations x split counts for the decode anchor cases, timed like the tuner (CUDA-graph replay medians, L2 flushed).
 
-    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency, wave, bias, warps
+    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency, wave, bias, warps, interior
 
 Where ``python -m inkling_ops.tuning`` sweeps split counts with the default configuration and then
 tries each candidate at the best count, this crosses them. Writes one tuner-style record per point
@@ -163,9 +163,24 @@ WARPS_PLAN = {
         (_cfg(32, 8, 3, asm=True, bias_ahead=True), [1, 2]),
     ],
 }
+#: After ab964e1 the sliding decode issues one instruction every ~5 cycles from one warp per
+#: scheduler (meta/logs/ncu_decode_local_p16_s1_stalls_ab964e1.txt), so its time follows its
+#: instructions per tile. Interior band tiles (every key visible to and within E of the row)
+#: skip the window and length masks: offline, 367 against 426 sm_90 instructions per tile at
+#: page 16 and 473 against 545 at page 128; every tile of the anchor's window is interior.
+INTERIOR_PLAN = {
+    "decode_b64_8k_local": [
+        (_cfg(64, 4, 2), [2]),  # the default up to 9d7a5c1
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True), [1, 2]),  # the default since ab964e1
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True, band_interior=True), [1, 2]),
+        (_cfg(64, 4, 2, asm=True, bias_ahead=True, band_interior=True), [1, 2]),
+        (_cfg(128, 4, 3, asm=True, bias_ahead=True, band_interior=True), [1]),
+        (_cfg(64, 8, 3, asm=True, bias_ahead=True, band_interior=True), [1]),
+    ],
+}
 PLANS = {
     "depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN, "latency": LATENCY_PLAN, "wave": WAVE_PLAN, "bias": BIAS_PLAN,
-    "warps": WARPS_PLAN,
+    "warps": WARPS_PLAN, "interior": INTERIOR_PLAN,
 }  # fmt: skip
 
 

@@ -504,6 +504,12 @@ def rel_attn_fwd_kernel(
         l_i = tl.where(lse > float("-inf"), 1.0, 0.0)
         acc = o_prev.to(tl.float32)
 
+    # A window inside E leaves no plain tile (a visible key is within WINDOW_LEFT < E of its row):
+    # then [ta0, ta1) and [tb0, tb1) are one contiguous range, run as one loop, so the kernel has
+    # no plain loop and one masked loop (and one pipeline prologue) instead of two.
+    BAND_ONLY: tl.constexpr = WINDOW_LEFT >= 0 and WINDOW_LEFT < REL_EXTENT
+    if PASS == 0 and BAND_ONLY:
+        ta1 = tb1
     if PASS != 1:
         acc, m_i, l_i = _masked_tiles(
             acc, m_i, l_i, q, ta0, ta1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
@@ -512,7 +518,7 @@ def rel_attn_fwd_kernel(
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
             pid_split, TILE_STEP, KV_PREFETCH,
         )  # fmt: skip
-    if PASS != 2:
+    if PASS != 2 and not (PASS == 0 and BAND_ONLY):
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, tp0, tp1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
@@ -520,7 +526,7 @@ def rel_attn_fwd_kernel(
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
             t_phase=pid_split, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
         )  # fmt: skip
-    if PASS != 1:
+    if PASS == 2 or (PASS == 0 and not BAND_ONLY):
         acc, m_i, l_i = _masked_tiles(
             acc, m_i, l_i, q, tb0, tb1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
