@@ -52,8 +52,10 @@ PREFILL_CONFIGS = [
     # Capped at 168 registers: three 4-warp programs per SM instead of two (small spills).
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, max_registers=168),
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, bias_ahead=True, max_registers=168),
-    # The default for sliding layers whose window lies inside E (one launch; plain unused there).
+    # The default for sliding layers whose window lies inside E up to 5a35f37 (one launch; plain
+    # unused there), and since then, with their edge and band tiles as one masked loop.
     FwdConfig(64, 32, 4, 2, plain=_PLAIN, bias_ahead=True, max_registers=168),
+    FwdConfig(64, 32, 4, 2, bias_ahead=True, max_registers=168, single_masked_loop=True),
     FwdConfig(128, 64, 8, 2, plain=_PLAIN, bias_ahead=True),
     # Page 16's plain pass is ~30% slower than page 128's (scattered 256-byte K/V rows): 64-key
     # plain tiles with three tiles in flight (4 stages, 183 registers, no spills on triton 3.6).

@@ -29,7 +29,7 @@ PINNED = [
     ("prefill_global", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=8192, window_left=-1, rel_extent=1024, page_size=128),
      FwdConfig(64, 64, 4, 2, plain=PLAIN, bias_ahead=True)),
     ("prefill_sliding_inside_E", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=8192, window_left=511, rel_extent=512, page_size=128),
-     FwdConfig(64, 32, 4, 2, bias_ahead=True, max_registers=168)),
+     FwdConfig(64, 32, 4, 2, bias_ahead=True, max_registers=168, single_masked_loop=True)),
     ("prefill_window_wider_than_E", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=4096, window_left=200, rel_extent=64, page_size=128),
      FwdConfig(64, 64, 4, 2, plain=PLAIN, bias_ahead=True)),
     ("prefill_global_page_16", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=8192, window_left=-1, rel_extent=1024, page_size=16),
@@ -37,7 +37,7 @@ PINNED = [
     ("prefill_global_page_64", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=2048, window_left=-1, rel_extent=1024, page_size=64),
      FwdConfig(64, 64, 4, 3)),
     ("prefill_sliding_inside_E_page_16", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=8192, window_left=511, rel_extent=512, page_size=16),
-     FwdConfig(64, 32, 4, 2, bias_ahead=True, max_registers=168)),
+     FwdConfig(64, 32, 4, 2, bias_ahead=True, max_registers=168, single_masked_loop=True)),
     ("prefill_head_dim_256", dict(head_dim=256, q_per_kv=2, max_seqlen_q_bucket=1024, window_left=-1, rel_extent=1024, page_size=128),
      FwdConfig(64, 32, 4, 2)),
 ]  # fmt: skip

@@ -117,7 +117,11 @@ def test_two_pass_matches_reference(kwargs, band, plain):
     _check(case, _with_config(case, config, num_splits=1))
 
 
-BAND_OPTIONS = [dict(bias_ahead=True), dict(band_interior=True), dict(band_interior=True, bias_ahead=True)]
+BAND_OPTIONS = [
+    dict(bias_ahead=True), dict(band_interior=True), dict(band_interior=True, bias_ahead=True),
+    # windows inside E: the edge and band tiles as one masked loop (no effect elsewhere)
+    dict(single_masked_loop=True), dict(single_masked_loop=True, bias_ahead=True, band_interior=True),
+]
 BAND_CASES = [
     ("sliding_E_eq_window", dict(CASES)["sliding_E_eq_window"]),
     ("extend_window_g4_packed", dict(CASES)["extend_window_g4_packed"]),
@@ -137,7 +141,8 @@ BAND_CASES = [
 @pytest.mark.parametrize("options", BAND_OPTIONS, ids=lambda o: "+".join(sorted(o)))
 @pytest.mark.parametrize("kwargs", [c[1] for c in BAND_CASES], ids=[c[0] for c in BAND_CASES])
 def test_band_options_match_reference(kwargs, options, splits):
-    """Opt-in band-tile variants: bias loaded a tile ahead, interior band tiles without masks."""
+    """Opt-in band-tile variants: bias loaded a tile ahead, interior band tiles without masks,
+    one masked loop on windows inside E."""
     from inkling_ops.kernels.triton_configs import FwdConfig
 
     case = make_case(**kwargs, extra_tokens=2)
@@ -150,6 +155,7 @@ SCHEDULE_OPTIONS = [
     dict(kv_prefetch=True, split_strided=True),
     dict(kv_prefetch=True, band_interior=True),
     dict(kv_prefetch=True, bias_ahead=True, split_strided=True),
+    dict(single_masked_loop=True, split_strided=True),
 ]
 
 

@@ -47,6 +47,12 @@ class FwdConfig:
     #: does not pipeline the loop itself: at 2 stages it gives the 16-row decode tile only one
     #: K/V buffer, so each tile's load waits for the previous tile's compute
     kv_prefetch: bool = False
+    #: on layers whose window lies inside the bias extent (no plain tiles), run the window-edge
+    #: and band tiles as one masked loop and compile no plain loop (one loop body and pipeline
+    #: prologue instead of three and two). Same results; on the H200 the sliding prefill took
+    #: 110 / 118 us against 122 / 127 (page 16 / 128), the sliding decode 24.2 / 25.2 against
+    #: 21.8 / 21.3 (meta/logs/ab_band_only_5a35f37.log)
+    single_masked_loop: bool = False
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).
@@ -94,7 +100,9 @@ def fwd_config(
       against 1.29).
     - Prefill of a sliding layer whose window lies inside the bias extent (every tile is a band
       tile, one launch): 64-row / 32-key / 4-warp programs with two stages, the bias one tile
-      ahead, and at most 168 registers per thread, so three programs share an SM.
+      ahead, and at most 168 registers per thread, so three programs share an SM; its edge and
+      band tiles run as one masked loop (``single_masked_loop``: 8K 110 / 118 us against 122 /
+      127 at page 16 / 128).
 
     From the H200 sweeps in meta/tuning_records.jsonl (2026-11-30, see meta/TUNING.md).
     """
@@ -118,8 +126,9 @@ def fwd_config(
     if head_dim <= 128:
         if 0 <= window_left < rel_extent:
             return FwdConfig(
-                block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=2, bias_ahead=True, max_registers=168
-            )
+                block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=2, bias_ahead=True, max_registers=168,
+                single_masked_loop=True,
+            )  # fmt: skip
         if page_size < TWO_PASS_MIN_PAGE:
             return FwdConfig(block_m=max(64, g_pad), block_n=64, num_warps=4, num_stages=3)
         plain = FwdConfig(block_m=max(128, g_pad), block_n=128, num_warps=8, num_stages=3)

@@ -400,7 +400,7 @@ def rel_attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
     PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
-    TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr,
+    TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, ONE_MASKED_LOOP: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -505,9 +505,10 @@ def rel_attn_fwd_kernel(
         acc = o_prev.to(tl.float32)
 
     # A window inside E leaves no plain tile (a visible key is within WINDOW_LEFT < E of its row):
-    # then [ta0, ta1) and [tb0, tb1) are one contiguous range, run as one loop, so the kernel has
-    # no plain loop and one masked loop (and one pipeline prologue) instead of two.
-    BAND_ONLY: tl.constexpr = WINDOW_LEFT >= 0 and WINDOW_LEFT < REL_EXTENT
+    # then [ta0, ta1) and [tb0, tb1) are one contiguous range. With ONE_MASKED_LOOP it runs as one
+    # loop, so the kernel has no plain loop and one masked loop (and one pipeline prologue)
+    # instead of two (FwdConfig.single_masked_loop).
+    BAND_ONLY: tl.constexpr = ONE_MASKED_LOOP and WINDOW_LEFT >= 0 and WINDOW_LEFT < REL_EXTENT
     if PASS == 0 and BAND_ONLY:
         ta1 = tb1
     if PASS != 1:
@@ -670,7 +671,7 @@ def launch_rel_attn_fwd(
         fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl, config.band_interior,
         config.asm_gather and _can_run_ptx(rel_logits),
         same_strides, row_i32, _slot_shift(key_cache.stride(1)) if row_i32 else -1,
-        num_splits if split and config.split_strided else 1, config.kv_prefetch,
+        num_splits if split and config.split_strided else 1, config.kv_prefetch, config.single_masked_loop,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
