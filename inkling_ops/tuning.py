@@ -52,8 +52,8 @@ PREFILL_CONFIGS = [
     # Capped at 168 registers: three 4-warp programs per SM instead of two (small spills).
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, max_registers=168),
     FwdConfig(64, 32, 4, 3, plain=_PLAIN, bias_ahead=True, max_registers=168),
-    # The default for sliding layers whose window lies inside E up to 5a35f37 (one launch; plain
-    # unused there), and since then, with their edge and band tiles as one masked loop.
+    # The default for sliding layers whose window lies inside E before 67b0d3b (one launch; plain
+    # unused there), and since 67b0d3b, with their edge and band tiles as one masked loop.
     FwdConfig(64, 32, 4, 2, plain=_PLAIN, bias_ahead=True, max_registers=168),
     FwdConfig(64, 32, 4, 2, bias_ahead=True, max_registers=168, single_masked_loop=True),
     FwdConfig(128, 64, 8, 2, plain=_PLAIN, bias_ahead=True),
