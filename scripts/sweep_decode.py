@@ -116,7 +116,7 @@ LATENCY_PLAN = {
 #: two tiles each run in one wave.
 WAVE_PLAN = {
     "decode_b64_8k_local": [
-        (_cfg(64, 4, 2), [2, 4]),  # the default configuration
+        (_cfg(64, 4, 2), [2, 4]),  # the sliding default up to 9d7a5c1
         (_cfg(64, 4, 2, pdl=True), [2, 4]),
         (_cfg(64, 4, 2, 128), [4, 8]),  # four programs of 4 warps per SM
         (_cfg(64, 4, 2, 128, pdl=True), [4, 8]),
@@ -134,7 +134,7 @@ WAVE_PLAN = {
 #: layout through shared memory) or with inline PTX (lands in the MMA layout).
 BIAS_PLAN = {
     "decode_b64_8k_local": [
-        (_cfg(64, 4, 2), [1, 2]),  # the default configuration
+        (_cfg(64, 4, 2), [1, 2]),  # the sliding default up to 9d7a5c1
         (_cfg(64, 4, 2, bias_ahead=True), [1, 2]),
         (_cfg(64, 4, 2, asm=True, bias_ahead=True), [1, 2]),
         (_cfg(64, 4, 2, asm=True, bias_ahead=True, pdl=True), [2]),
@@ -151,7 +151,7 @@ BIAS_PLAN = {
 #: and give the schedulers twice the warps.
 WARPS_PLAN = {
     "decode_b64_8k_local": [
-        (_cfg(64, 4, 2), [2]),  # the default configuration
+        (_cfg(64, 4, 2), [2]),  # the sliding default up to 9d7a5c1
         (_cfg(64, 4, 3, asm=True, bias_ahead=True), [1, 2]),
         (_cfg(64, 4, 4, asm=True, bias_ahead=True), [1]),
         (_cfg(64, 8, 2), [1, 2]),

@@ -33,7 +33,8 @@ class FwdConfig:
     band_interior: bool = False
     #: gather the bias with inline PTX, so it lands in the MMA layout with no shared-memory
     #: round trip (CUDA, 16-bit rel_logits; the interpreter always uses tl.load). Faster in
-    #: prefill, slower in decode on the H200
+    #: prefill and, with ``bias_ahead``, in the sliding decode; slower in decode when each tile
+    #: gathers its own bias, on the H200
     asm_gather: bool = True
     #: cap on registers per thread (ptxas ``.maxnreg``): at 4 warps, 168 lets three programs
     #: share an SM's 64K registers where 255 allows two (None: the compiler's choice)
@@ -77,8 +78,9 @@ def fwd_config(
     """The forward kernel's configuration for one compile key.
 
     - Decode / speculative verify (bucket <= 16): a program holds every query row of its KV head
-      (up to 64 rows) and streams 64-key tiles, the bias gathered with ``tl.load`` (the
-      inline-PTX gather measured 3-15% slower on every decode anchor case). With at most 16 rows
+      (up to 64 rows) and streams 64-key tiles, the bias gathered with ``tl.load`` at its own tile
+      (the inline-PTX gather, also at its own tile, measured 3-15% slower on every decode anchor
+      case), except on sliding windows inside E (below). With at most 16 rows
       on a layer with plain tiles (global, or a window wider than E), the next tile's K/V are
       loaded into registers during this one (one stage) and split ``s`` of ``S`` takes every
       S-th tile: 1 x 128K 33.3-33.5 us against 34.7 (page 16) and 34.0-34.2 against 34.4-34.6
