@@ -157,6 +157,8 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
                 max_registers=config.max_registers,
                 split_strided=config.split_strided,
                 kv_prefetch=config.kv_prefetch,
+                single_masked_loop=config.single_masked_loop,
+                deferred_row_sum=config.deferred_row_sum,
                 timing="cuda_graph" if kind == "decode" else "do_bench")  # fmt: skip
     t0 = time.perf_counter()
     try:

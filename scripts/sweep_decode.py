@@ -1,6 +1,6 @@
 """Decode sweep on a GPU: launch configurations x split counts for the decode anchor cases, timed like the tuner (CUDA-graph replay medians, L2 flushed).
 
-    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency, wave, bias, warps, interior
+    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency, wave, bias, warps, interior, defer
 
 Where ``python -m inkling_ops.tuning`` sweeps split counts with the default configuration and then
 tries each candidate at the best count, this crosses them. Writes one tuner-style record per point
@@ -178,9 +178,34 @@ INTERIOR_PLAN = {
         (_cfg(64, 8, 3, asm=True, bias_ahead=True, band_interior=True), [1]),
     ],
 }
+#: After ab964e1 the sliding decode's loop holds 9 barriers per tile (sm_90 SASS): three for
+#: each cross-warp row reduction (the max and the sum of each tile's scores; 16-row tiles put
+#: the 4 warps on the tile's columns), two around the P conversion, one for the pipeline. The
+#: sum can wait until the last tile: per-column partial sums (``deferred_row_sum``) make it 6
+#: barriers and 397 instructions instead of 428 per tile. Also 64-row tiles (wgmma, warps on
+#: the rows, no cross-warp reduction) at 1118 instructions per tile, for comparison.
+DEFER_PLAN = {
+    "decode_b64_8k_local": [
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True), [1]),  # the default since ab964e1
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True, deferred_row_sum=True), [1, 2]),
+        (_cfg(64, 4, 2, asm=True, bias_ahead=True, deferred_row_sum=True), [1]),
+        (_cfg(64, 4, 4, asm=True, bias_ahead=True, deferred_row_sum=True), [1]),
+        (_cfg(128, 4, 3, asm=True, bias_ahead=True, deferred_row_sum=True), [1]),
+        (_cfg(64, 8, 3, asm=True, bias_ahead=True, deferred_row_sum=True), [1]),
+        (FwdConfig(64, 64, 4, 3, bias_ahead=True, asm_gather=True), [1]),
+    ],
+    "decode_b64_8k": [
+        (_cfg(64, 4, 1, kv_prefetch=True, split_strided=True), [4]),  # the default
+        (_cfg(64, 4, 1, kv_prefetch=True, split_strided=True, deferred_row_sum=True), [4, 8]),
+    ],
+    "decode_b1_128k": [
+        (_cfg(64, 4, 1, kv_prefetch=True, split_strided=True), [256]),  # the default
+        (_cfg(64, 4, 1, kv_prefetch=True, split_strided=True, deferred_row_sum=True), [256]),
+    ],
+}
 PLANS = {
     "depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN, "latency": LATENCY_PLAN, "wave": WAVE_PLAN, "bias": BIAS_PLAN,
-    "warps": WARPS_PLAN, "interior": INTERIOR_PLAN,
+    "warps": WARPS_PLAN, "interior": INTERIOR_PLAN, "defer": DEFER_PLAN,
 }  # fmt: skip
 
 

@@ -91,8 +91,9 @@ def test_combine_blocks():
             assert head_dim % block_d == 0 and block_s * block_d <= 4096 and block_s <= pad
 
 
-TWO_PASS_CONFIGS = [  # (band config, plain config); a fifth band entry sets bias_ahead, a sixth band_interior
+TWO_PASS_CONFIGS = [  # (band config, plain config); band entries 5-7 set bias_ahead, band_interior, deferred_row_sum
     ((16, 16, 4, 2), (64, 32, 4, 2)),
+    ((16, 16, 4, 2, True, False, True), (64, 32, 4, 2)),  # pass 2 resumes into per-column row sums
     ((64, 64, 4, 2), (128, 128, 8, 3)),
     ((32, 32, 4, 2), (32, 64, 4, 2)),
     ((32, 16, 4, 3, True), (64, 64, 4, 2)),
@@ -112,7 +113,7 @@ def test_two_pass_matches_reference(kwargs, band, plain):
     from inkling_ops.kernels.triton_configs import FwdConfig
 
     case = make_case(**kwargs, extra_tokens=2)
-    options = dict(zip(("bias_ahead", "band_interior"), band[4:]))
+    options = dict(zip(("bias_ahead", "band_interior", "deferred_row_sum"), band[4:]))
     config = FwdConfig(*band[:4], plain=FwdConfig(*plain), **options)
     _check(case, _with_config(case, config, num_splits=1))
 
@@ -121,6 +122,8 @@ BAND_OPTIONS = [
     dict(bias_ahead=True), dict(band_interior=True), dict(band_interior=True, bias_ahead=True),
     # windows inside E: the edge and band tiles as one masked loop (no effect elsewhere)
     dict(single_masked_loop=True), dict(single_masked_loop=True, bias_ahead=True, band_interior=True),
+    # the softmax denominators as per-column partial sums, reduced once at the end
+    dict(deferred_row_sum=True, bias_ahead=True), dict(deferred_row_sum=True, single_masked_loop=True),
 ]
 BAND_CASES = [
     ("sliding_E_eq_window", dict(CASES)["sliding_E_eq_window"]),
@@ -156,6 +159,7 @@ SCHEDULE_OPTIONS = [
     dict(kv_prefetch=True, band_interior=True),
     dict(kv_prefetch=True, bias_ahead=True, split_strided=True),
     dict(single_masked_loop=True, split_strided=True),
+    dict(kv_prefetch=True, split_strided=True, deferred_row_sum=True),
 ]
 
 

@@ -54,6 +54,10 @@ class FwdConfig:
     #: 110 / 118 us against 122 / 127 (page 16 / 128), the sliding decode 24.2 / 25.2 against
     #: 21.8 / 21.3 (meta/logs/ab_band_only_5a35f37.log)
     single_masked_loop: bool = False
+    #: keep the softmax denominators as per-column partial sums and reduce them once at the end,
+    #: instead of a row sum per tile: with 16-row tiles the warps split each tile's columns, so
+    #: every row sum is a reduction across warps (three barriers per tile)
+    deferred_row_sum: bool = False
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).

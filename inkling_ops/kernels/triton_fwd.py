@@ -236,7 +236,12 @@ def _attend_tile(
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
         p = tl.exp2(s - m_base[:, None])
         alpha = tl.exp2(m_i - m_base)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        if len(l_i.shape) == 2:
+            # The kernel's DEFER_ROW_SUM: per-column partial sums, reduced once after the last
+            # tile (no cross-warp reduction here when warps split the tile's columns).
+            l_i = l_i * alpha[:, None] + p
+        else:
+            l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         return acc, m_new, l_i
 
@@ -263,7 +268,9 @@ def _tile_loop(
     unpipelined (TTGIR, 2026-11-30). The bias gather is a scalar load Triton does not pipeline.
     By default each tile issues it first (inside :func:`_attend_tile`). With BIAS_AHEAD (biased
     tiles only) the next tile's bias is loaded one iteration early into loop-carried registers:
-    more registers, latency hidden by a whole tile.
+    more registers, latency hidden by a whole tile. ptxas places the gathers where it likes: in the
+    sliding decode it put them just after QK^T (a tile of cover) in one kernel, and at the end
+    of the iteration, right before their use, in variants with a few more live registers.
 
     KV_PREFETCH (for launches with num_stages=1, which Triton does not pipeline): the next tile's
     K and V are loaded into registers while this one is computed, and its block ids two tiles
@@ -400,7 +407,7 @@ def rel_attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
     PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
-    TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, ONE_MASKED_LOOP: tl.constexpr,
+    TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, ONE_MASKED_LOOP: tl.constexpr, DEFER_ROW_SUM: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -413,6 +420,10 @@ def rel_attn_fwd_kernel(
     and its base-2 log-sum-exp in ``part_lse`` (T, Hq); PASS 2 (whose BLOCK_N divides P1_BLOCK_N
     and whose BLOCK_Q divides P1_BLOCK_Q, pass 1's tiling) starts from that state and runs every
     other tile: the window edge, the bias band and the diagonal.
+
+    DEFER_ROW_SUM: the softmax denominators are kept as a (BLOCK_M, BLOCK_N) tile of per-column
+    partial sums and reduced once at the end, instead of a row sum per tile (with 16-row tiles
+    the warps split the columns, so each row sum is a reduction across warps: three barriers).
     """
     BLOCK_Q: tl.constexpr = BLOCK_M // G_PAD
     if PDL:
@@ -503,6 +514,8 @@ def rel_attn_fwd_kernel(
         m_i = lse
         l_i = tl.where(lse > float("-inf"), 1.0, 0.0)
         acc = o_prev.to(tl.float32)
+    if DEFER_ROW_SUM:
+        l_i = tl.where(offs_n[None, :] == 0, l_i[:, None], 0.0)  # the row sums, kept per column
 
     # A window inside E leaves no plain tile (a visible key is within WINDOW_LEFT < E of its row):
     # then [ta0, ta1) and [tb0, tb1) are one contiguous range. With ONE_MASKED_LOOP it runs as one
@@ -536,6 +549,8 @@ def rel_attn_fwd_kernel(
             pid_split, TILE_STEP, KV_PREFETCH,
         )  # fmt: skip
 
+    if DEFER_ROW_SUM:
+        l_i = tl.sum(l_i, 1)
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
     if SPLIT_KV or PASS == 1:
         lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
@@ -672,6 +687,7 @@ def launch_rel_attn_fwd(
         config.asm_gather and _can_run_ptx(rel_logits),
         same_strides, row_i32, _slot_shift(key_cache.stride(1)) if row_i32 else -1,
         num_splits if split and config.split_strided else 1, config.kv_prefetch, config.single_masked_loop,
+        config.deferred_row_sum,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
