@@ -203,27 +203,12 @@ DEFER_PLAN = {
         (_cfg(64, 4, 1, kv_prefetch=True, split_strided=True, deferred_row_sum=True), [256]),
     ],
 }
-#: The sliding decode's tiles each wait on DRAM in turn (one program per SM, two K/V tiles in
-#: flight, the bias one tile ahead). ``l2_prefetch`` asks L2 for the program's whole window (K,
-#: V and bias rows, 33 prefetches per thread) before the first tile, so the loop's loads hit L2;
-#: crossed with the variants that had fewer instructions but slower loads (defer, one loop,
-#: interior band tiles).
-PREFETCH_PLAN = {
-    "decode_b64_8k_local": [
-        (_cfg(64, 4, 3, asm=True, bias_ahead=True), [1]),  # the default since ab964e1
-        (_cfg(64, 4, 3, asm=True, bias_ahead=True, l2_prefetch=True), [1, 2]),
-        (_cfg(64, 4, 2, asm=True, bias_ahead=True, l2_prefetch=True), [1]),
-        (_cfg(64, 4, 3, asm=True, bias_ahead=True, l2_prefetch=True, deferred_row_sum=True), [1]),
-        (_cfg(64, 4, 3, asm=True, bias_ahead=True, l2_prefetch=True, single_masked_loop=True), [1]),
-        (_cfg(64, 4, 3, asm=True, bias_ahead=True, l2_prefetch=True, band_interior=True), [1]),
-        (_cfg(128, 4, 3, asm=True, bias_ahead=True, l2_prefetch=True), [1]),
-        (_cfg(64, 4, 3, asm=False, bias_ahead=False, l2_prefetch=True), [1]),
-    ],
-}
+#: Plan ``prefetch`` (an L2 prefetch of the whole window before the first tile,
+#: ``FwdConfig.l2_prefetch``) ran at de91f1a, the one commit that has that option; it was slower
+#: in every variant (meta/logs/sweep_decode_prefetch_f2e76e2.log) and was removed after it.
 PLANS = {
     "depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN, "latency": LATENCY_PLAN, "wave": WAVE_PLAN, "bias": BIAS_PLAN,
     "warps": WARPS_PLAN, "interior": INTERIOR_PLAN, "defer": DEFER_PLAN,
-    "prefetch": PREFETCH_PLAN,
 }  # fmt: skip
 
 

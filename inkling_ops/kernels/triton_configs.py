@@ -58,10 +58,6 @@ class FwdConfig:
     #: instead of a row sum per tile: with 16-row tiles the warps split each tile's columns, so
     #: every row sum is a reduction across warps (three barriers per tile)
     deferred_row_sum: bool = False
-    #: on layers whose window lies inside the bias extent (a bounded key range), ask L2 for
-    #: every K/V row and bias row the program reads before its first tile (PTX prefetch; CUDA
-    #: only, ignored by the interpreter)
-    l2_prefetch: bool = False
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).

@@ -95,44 +95,6 @@ def _gather(ptrs, mask, ASM_GATHER: tl.constexpr):
 
 
 @triton.jit
-def _prefetch_l2(ptrs, mask):
-    """Ask L2 for the 128-byte lines holding ``ptrs`` where ``mask`` (inline PTX
-    ``prefetch.global.L2``; a hint: no result, no fault, nothing waits for it)."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
-        "=r,l,r",
-        [ptrs, mask.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@triton.jit
-def _prefetch_window(
-    bt_row, k_ptr, v_ptr, rel_row_ptr, stride_re, row_valid, j_lo, j_hi, max_blocks_per_seq, num_blocks,
-    stride_kb, stride_kp, stride_vb, stride_vp,
-    PAGE: tl.constexpr, HEAD_DIM: tl.constexpr, REL_EXTENT: tl.constexpr, PF_KEYS: tl.constexpr, BLOCK_M: tl.constexpr,
-):  # fmt: skip
-    """L2 prefetch of everything a band-only program reads: the K and V rows of keys
-    [j_lo, j_hi) (at most PF_KEYS of them) and its rows' bias rows, so that the loop's loads
-    find them in L2 instead of each tile waiting on DRAM in turn."""
-    LINE: tl.constexpr = 64  # 16-bit elements per 128-byte line
-    LINES: tl.constexpr = (HEAD_DIM + LINE - 1) // LINE
-    keys = j_lo + tl.arange(0, PF_KEYS)
-    ok = keys < j_hi
-    blk = tl.load(bt_row + tl.minimum(keys // PAGE, max_blocks_per_seq - 1), mask=ok, other=0)
-    blk = tl.minimum(tl.maximum(blk, 0), num_blocks - 1).to(tl.int64)
-    cols = (tl.arange(0, LINES) * LINE)[None, :]
-    slots = (keys % PAGE).to(tl.int64)
-    _prefetch_l2(k_ptr + (blk * stride_kb + slots * stride_kp)[:, None] + cols, ok[:, None] & (cols < HEAD_DIM))
-    _prefetch_l2(v_ptr + (blk * stride_vb + slots * stride_vp)[:, None] + cols, ok[:, None] & (cols < HEAD_DIM))
-    REL_LINES: tl.constexpr = (REL_EXTENT + LINE - 1) // LINE
-    d = (tl.arange(0, REL_LINES) * LINE)[None, :]
-    _prefetch_l2(rel_row_ptr[:, None] + d * stride_re, row_valid[:, None] & (d < REL_EXTENT))
-
-
-@triton.jit
 def _tile_bias(
     rel_row_ptr, stride_re, q_pos, j0, offs_n,
     REL_EXTENT: tl.constexpr, ASM_GATHER: tl.constexpr, INTERIOR: tl.constexpr = False,
@@ -446,7 +408,6 @@ def rel_attn_fwd_kernel(
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
     PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
     TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, ONE_MASKED_LOOP: tl.constexpr, DEFER_ROW_SUM: tl.constexpr,
-    L2_PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -561,15 +522,6 @@ def rel_attn_fwd_kernel(
     # loop, so the kernel has no plain loop and one masked loop (and one pipeline prologue)
     # instead of two (FwdConfig.single_masked_loop).
     BAND_ONLY: tl.constexpr = ONE_MASKED_LOOP and WINDOW_LEFT >= 0 and WINDOW_LEFT < REL_EXTENT
-    if L2_PREFETCH and PASS == 0 and WINDOW_LEFT >= 0 and WINDOW_LEFT < REL_EXTENT:
-        # A window inside E bounds the keys: at most WINDOW_LEFT + BLOCK_Q of them, in tiles.
-        PF_KEYS: tl.constexpr = triton.next_power_of_2(WINDOW_LEFT + BLOCK_Q + 2 * BLOCK_N)
-        j_lo = lo_tile + ta0 * BLOCK_N
-        j_hi = tl.minimum(lo_tile + tb1 * BLOCK_N, kv_len)
-        _prefetch_window(
-            bt_row, k_head_ptr, v_head_ptr, rel_row_ptr, stride_re, row_valid, j_lo, j_hi, max_blocks_per_seq,
-            num_blocks, stride_kb, stride_kp, stride_vb, stride_vp, PAGE, HEAD_DIM, REL_EXTENT, PF_KEYS, BLOCK_M,
-        )  # fmt: skip
     if PASS == 0 and BAND_ONLY:
         ta1 = tb1
     if PASS != 1:
@@ -735,7 +687,7 @@ def launch_rel_attn_fwd(
         config.asm_gather and _can_run_ptx(rel_logits),
         same_strides, row_i32, _slot_shift(key_cache.stride(1)) if row_i32 else -1,
         num_splits if split and config.split_strided else 1, config.kv_prefetch, config.single_masked_loop,
-        config.deferred_row_sum, config.l2_prefetch and not _INTERPRETED,
+        config.deferred_row_sum,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
