@@ -30,7 +30,6 @@ import time
 
 import torch
 import triton
-import triton.language as tl
 
 import inkling_ops
 from inkling_ops import dispatch

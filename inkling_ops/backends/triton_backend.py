@@ -29,6 +29,19 @@ TRITON_SPLIT_POLICY = SplitPolicy(
 )  # fmt: skip
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
 
+_kernel_modules_cache: tuple = ()
+
+
+def _kernel_modules():
+    """(triton_configs, triton_fwd, triton_combine), imported on first use (so that importing
+    inkling_ops needs no Triton) and then kept: an import statement per call costs host time."""
+    global _kernel_modules_cache
+    if not _kernel_modules_cache:
+        from ..kernels import triton_combine, triton_configs, triton_fwd
+
+        _kernel_modules_cache = (triton_configs, triton_fwd, triton_combine)
+    return _kernel_modules_cache
+
 
 class TritonBackend(Backend):
     name = "triton"
@@ -67,9 +80,7 @@ class TritonBackend(Backend):
         rel_logits: torch.Tensor,
         out: torch.Tensor,
     ) -> None:
-        from ..kernels.triton_configs import fwd_config
-
-        config = fwd_config(
+        config = _kernel_modules()[0].fwd_config(
             head_dim=problem.head_dim,
             q_per_kv=problem.q_per_kv,
             max_seqlen_q_bucket=bucket_max_seqlen_q(problem.max_seqlen_q),
@@ -108,10 +119,9 @@ def run_triton(
     ``launch_rel_attn_fwd`` to launch instead (``scripts/ab_fwd_module.py`` times an older
     kernel module through the same passes, workspace and combine).
     """
-    from ..kernels.triton_combine import launch_rel_attn_combine
-    from ..kernels.triton_fwd import launch_rel_attn_fwd as default_launch_fwd
-
-    launch_rel_attn_fwd = launch_fwd or default_launch_fwd
+    _, fwd_module, combine_module = _kernel_modules()
+    launch_rel_attn_fwd = launch_fwd or fwd_module.launch_rel_attn_fwd
+    launch_rel_attn_combine = combine_module.launch_rel_attn_combine
 
     num_tokens, num_heads, head_dim = q.shape
     if rel_logits.stride(2) != 1:

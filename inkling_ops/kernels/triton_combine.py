@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import CachedLauncher
+from .triton_launch import CachedLauncher, next_pow2
 
 
 @triton.jit(do_not_specialize=["num_reqs"])
@@ -71,7 +71,7 @@ def combine_blocks(num_splits: int, head_dim: int) -> tuple[int, int, int]:
     on the H200 the 128-split combine of one 128K decode took 10 us as 16 looping programs
     (ncu, meta/logs/ncu_decode_30ac1b6.txt).
     """
-    splits_pad = triton.next_power_of_2(num_splits)
+    splits_pad = next_pow2(num_splits)
     block_d = min(head_dim, max(16, 4096 // splits_pad))
     block_s = max(1, min(splits_pad, 4096 // block_d))
     return splits_pad, block_s, block_d
@@ -91,8 +91,7 @@ def launch_rel_attn_combine(
     grid = (num_tokens, num_heads, head_dim // block_d)
     args = (
         part_out, part_lse, out, cu_seqlens_q, cu_seqlens_q.shape[0] - 1,
-        part_lse.stride(0), part_lse.stride(1), part_lse.stride(2),
-        out.stride(0), out.stride(1),
+        *part_lse.stride(), *out.stride()[:2],
         head_dim, num_splits, splits_pad, block_s, block_d, pdl,  # constexprs
     )  # fmt: skip
     _launch(grid, args, num_warps=4, num_stages=2, launch_pdl=pdl)

@@ -6,6 +6,7 @@ enumerated compile key is known ahead of time.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -70,6 +71,7 @@ DECODE_MAX_Q = 16
 TWO_PASS_MIN_PAGE = 128
 
 
+@functools.lru_cache(maxsize=4096)
 def fwd_config(
     *,
     head_dim: int,
@@ -111,6 +113,7 @@ def fwd_config(
       127 at page 16 / 128).
 
     From the H200 sweeps in meta/tuning_records.jsonl (2026-11-30, see meta/TUNING.md).
+    Memoized (the result is immutable): a call costs a dictionary lookup on the hot path.
     """
     g_pad = 1 << max(0, q_per_kv - 1).bit_length()
     if max_seqlen_q_bucket <= DECODE_MAX_Q:

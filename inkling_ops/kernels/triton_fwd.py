@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from .triton_configs import FwdConfig
-from .triton_launch import CachedLauncher
+from .triton_launch import CachedLauncher, next_pow2
 
 LOG2E = 1.4426950408889634
 
@@ -579,11 +579,12 @@ def _can_run_ptx(rel_logits: torch.Tensor) -> bool:
     return not _INTERPRETED and rel_logits.is_cuda and rel_logits.element_size() == 2
 
 
-def _key_rows_fit_int32(key_cache: torch.Tensor) -> bool:
+def _key_rows_fit_int32(key_cache: torch.Tensor, strides: tuple[int, ...] | None = None) -> bool:
     """Whether every key row of the cache has an int32 index ``block * rows_per_block + slot``
     with ``rows_per_block = stride(0) // stride(1)`` (the kernel's ``KV_ROW_I32``): the block
-    stride is a whole number of slot strides, and the indices stay below 2**31."""
-    block_stride, slot_stride = key_cache.stride(0), key_cache.stride(1)
+    stride is a whole number of slot strides, and the indices stay below 2**31. ``strides``:
+    ``key_cache.stride()``, when the caller has it already."""
+    block_stride, slot_stride = (strides or key_cache.stride())[:2]
     if slot_stride <= 0 or block_stride % slot_stride:
         return False
     return key_cache.shape[0] * (block_stride // slot_stride) < 2**31
@@ -638,8 +639,9 @@ def launch_rel_attn_fwd(
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_blocks, page, num_kv_heads, _ = key_cache.shape
     group = num_heads // num_kv_heads
-    g_pad = triton.next_power_of_2(group)
+    g_pad = next_pow2(group)
     block_m = max(config.block_m, g_pad)
+    block_q = block_m // g_pad
     num_reqs = cache_seqlens.shape[0]
     split = num_splits > 1
     if config.kv_prefetch and config.num_stages != 1:
@@ -652,10 +654,10 @@ def launch_rel_attn_fwd(
         if fwd_pass != 0:
             raise ValueError(f"fwd_pass={fwd_pass} with num_splits={num_splits}: split-KV runs in one pass")
         p_out, p_lse = part_out, part_lse
-        p_strides = (p_lse.stride(0), p_lse.stride(1), p_lse.stride(2))
+        p_strides = p_lse.stride()
     elif fwd_pass in (1, 2):
         p_out, p_lse = out, part_lse  # p_out unused
-        p_strides = (0, p_lse.stride(0), p_lse.stride(1))
+        p_strides = (0, *p_lse.stride())
         if fwd_pass == 2:
             p1_block_q = max(pass1_config.block_m, g_pad) // g_pad
             p1_block_n = pass1_config.block_n
@@ -667,25 +669,22 @@ def launch_rel_attn_fwd(
     else:
         p_out = p_lse = out  # unused
         p_strides = (0, 0, 0)
-    same_strides = key_cache.stride(0) == value_cache.stride(0) and key_cache.stride(1) == value_cache.stride(1)
-    row_i32 = same_strides and _key_rows_fit_int32(key_cache)
-    grid = (triton.cdiv(max_seqlen_q, block_m // g_pad), num_splits, num_reqs * num_kv_heads)
+    # one stride() call per tensor (each costs ~1 us of host time)
+    k_strides, v_strides, r_strides = key_cache.stride(), value_cache.stride(), rel_logits.stride()
+    same_strides = k_strides[:2] == v_strides[:2]
+    row_i32 = same_strides and _key_rows_fit_int32(key_cache, k_strides)
+    grid = ((max_seqlen_q + block_q - 1) // block_q, num_splits, num_reqs * num_kv_heads)
     args = (
         q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out, p_out, p_lse,
         softmax_scale * LOG2E, q.shape[0], num_blocks, block_table.shape[1],
-        q.stride(0), q.stride(1),
-        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
-        rel_logits.stride(0), rel_logits.stride(1), rel_logits.stride(2),
-        out.stride(0), out.stride(1),
-        block_table.stride(0),
+        *q.stride()[:2], *k_strides[:3], *v_strides[:3], *r_strides[:3], *out.stride()[:2], block_table.stride(0),
         *p_strides,
         # constexprs, in signature order
         group, g_pad, head_dim, num_kv_heads, page, rel_logits.shape[2], window_left, num_splits, split,
         block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
         fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl, config.band_interior,
         config.asm_gather and _can_run_ptx(rel_logits),
-        same_strides, row_i32, _slot_shift(key_cache.stride(1)) if row_i32 else -1,
+        same_strides, row_i32, _slot_shift(k_strides[1]) if row_i32 else -1,
         num_splits if split and config.split_strided else 1, config.kv_prefetch, config.single_masked_loop,
         config.deferred_row_sum,
     )  # fmt: skip
