@@ -6,6 +6,8 @@ Skips cleanly without CUDA. Tolerances are vLLM's for bf16 kernels against fp32 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -67,6 +69,40 @@ def test_pages_that_do_not_tile_evenly(case_id, page_size):
     inkling_ops.rel_attn(*case.args(), **case.kwargs(), out=out)
     assert torch.isfinite(out[:n]).all(), "NaN/inf garbage from unused pages reached out"
     torch.testing.assert_close(out[:n].float(), ref[:n], **TOL)
+
+
+def _offset_copy(t: torch.Tensor, elements: int = 1) -> torch.Tensor:
+    """A copy of ``t`` whose storage starts ``elements`` into a fresh buffer: same values and
+    strides, a data pointer off 16-byte alignment."""
+    buf = torch.empty(t.numel() + elements, dtype=t.dtype, device=t.device)
+    view = buf[elements:].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+@pytest.mark.parametrize("case_id", ["chunked_16_2", "decode_64_8", "decode_sliding_64_16"])
+def test_launch_cache_variants_in_one_process(case_id):
+    """The launch cache (kernels/triton_launch.py) must run the variant Triton would compile for
+    each call: the same shapes with 16-byte aligned tensors, then q / rel_logits / out off
+    alignment, then float16, then aligned bfloat16 again, all in one process."""
+    base = make_case(**dict(MATRIX)[case_id], head_dim=128, page_size=16, dtype=torch.bfloat16, device=DEV)
+    n = sum(base.q_lens)
+    ref = _reference_fp32(base)
+    misaligned = dataclasses.replace(base, q=_offset_copy(base.q), rel_logits=_offset_copy(base.rel_logits))
+    assert misaligned.q.data_ptr() % 16 and misaligned.rel_logits.data_ptr() % 16
+    half = base.to(DEV)
+    half = dataclasses.replace(
+        half, q=half.q.half(), key_cache=half.key_cache.half(), value_cache=half.value_cache.half(),
+        rel_logits=half.rel_logits.half(),
+    )  # fmt: skip
+    for case, out in [
+        (base, torch.empty_like(base.q)),
+        (misaligned, _offset_copy(torch.zeros_like(base.q))),
+        (half, torch.empty_like(half.q)),
+        (base, torch.empty_like(base.q)),
+    ]:
+        inkling_ops.rel_attn(*case.args(), **case.kwargs(), out=out)
+        torch.testing.assert_close(out[:n].float(), ref[:n], **TOL)
 
 
 @pytest.mark.parametrize("num_splits", [1, 2, 7, 64])
