@@ -203,12 +203,26 @@ DEFER_PLAN = {
         (_cfg(64, 4, 1, kv_prefetch=True, split_strided=True, deferred_row_sum=True), [256]),
     ],
 }
+#: With the bias gathered by a plain ``ld.global`` instead of ``ld.global.nc``, ptxas keeps the
+#: gathers at the top of the iteration (it does not move them across the loop's barriers) in
+#: every variant, where with ``.nc`` it sank them to the end in the per-column-sum and one-loop
+#: variants. The variants that had fewer instructions but measured slower, again.
+PINNED_PLAN = {
+    "decode_b64_8k_local": [
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True), [1]),  # the default since ab964e1
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True, deferred_row_sum=True), [1]),
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True, single_masked_loop=True), [1]),
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True, band_interior=True), [1]),
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True, band_interior=True, deferred_row_sum=True), [1]),
+    ],
+}
 #: Plan ``prefetch`` (an L2 prefetch of the whole window before the first tile,
 #: ``FwdConfig.l2_prefetch``) ran at de91f1a, the one commit that has that option; it was slower
 #: in every variant (meta/logs/sweep_decode_prefetch_f2e76e2.log) and was removed after it.
 PLANS = {
     "depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN, "latency": LATENCY_PLAN, "wave": WAVE_PLAN, "bias": BIAS_PLAN,
     "warps": WARPS_PLAN, "interior": INTERIOR_PLAN, "defer": DEFER_PLAN,
+    "pinned": PINNED_PLAN,
 }  # fmt: skip
 
 

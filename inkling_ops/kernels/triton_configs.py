@@ -52,8 +52,10 @@ class FwdConfig:
     #: on layers whose window lies inside the bias extent (no plain tiles), run the window-edge
     #: and band tiles as one masked loop and compile no plain loop (one loop body and pipeline
     #: prologue instead of three and two). Same results; on the H200 the sliding prefill took
-    #: 110 / 118 us against 122 / 127 (page 16 / 128), the sliding decode 24.2 / 25.2 against
-    #: 21.8 / 21.3 (meta/logs/ab_band_only_5a35f37.log)
+    #: 110 / 118 us against 122 / 127 (page 16 / 128, meta/logs/ab_band_only_5a35f37.log). The
+    #: sliding decode was slower with it (24.2 / 25.2 against 21.8 / 21.3) until the bias gather
+    #: became a plain ld.global: 20.3 / 20.0 against 20.7 / 21.4 since
+    #: (meta/logs/ab_pinned_gather_c64efee.log)
     single_masked_loop: bool = False
     #: keep the softmax denominators as per-column partial sums and reduce them once at the end,
     #: instead of a row sum per tile: with 16-row tiles the warps split each tile's columns, so
@@ -95,8 +97,9 @@ def fwd_config(
       stages keep two K/V tiles in flight (64 x 8K at 8 / 2 heads, unsplit: 21.4-21.8 us at
       page 16 and 21.2-21.6 at page 128, against 22.7-22.9 and 23.4-23.6 for two stages with
       the bias gathered at its tile, split in 2; ncu put 30% of that kernel's stall samples on
-      the wait for the bias gathered at its tile). Otherwise two stages (Triton's pipeline,
-      one tile in flight).
+      the wait for the bias gathered at its tile); its edge and band tiles run as one masked
+      loop (20.3 / 20.0 us against 20.7 / 21.4). Otherwise two stages (Triton's pipeline, one
+      tile in flight).
     - Prefill at head_dim <= 128, global layers (and windows wider than the bias extent), pages
       of at least ``TWO_PASS_MIN_PAGE`` keys: two launches. The plain tiles run in 128-row /
       128-key / 8-warp programs with three stages; then the window-edge, bias-band and
@@ -128,7 +131,10 @@ def fwd_config(
         if block_m == 16 and head_dim <= 128:
             # A window inside E: every tile is a band tile. The bias a tile ahead (inline PTX,
             # straight into the MMA layout) and two K/V tiles in flight.
-            return FwdConfig(block_m=16, block_n=64, num_warps=4, num_stages=3, bias_ahead=True, asm_gather=True)
+            return FwdConfig(
+                block_m=16, block_n=64, num_warps=4, num_stages=3, bias_ahead=True, asm_gather=True,
+                single_masked_loop=True,
+            )  # fmt: skip
         return FwdConfig(
             block_m=block_m, block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=2, asm_gather=False,
         )  # fmt: skip
