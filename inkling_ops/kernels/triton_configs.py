@@ -130,7 +130,7 @@ def fwd_config(
             )  # fmt: skip
         if block_m == 16 and head_dim <= 128:
             # A window inside E: every tile is a band tile. The bias a tile ahead (inline PTX,
-            # straight into the MMA layout) and two K/V tiles in flight.
+            # straight into the MMA layout), two K/V tiles in flight, one masked loop.
             return FwdConfig(
                 block_m=16, block_n=64, num_warps=4, num_stages=3, bias_ahead=True, asm_gather=True,
                 single_masked_loop=True,
