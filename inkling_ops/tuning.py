@@ -67,7 +67,8 @@ PREFILL_CONFIGS = [
 ]
 DECODE_CONFIGS = [
     FwdConfig(16, 64, 4, 2, asm_gather=False),  # the default for windows inside E up to 9d7a5c1
-    # The default for windows inside E (fwd_config): the bias a tile ahead, two K/V tiles in flight.
+    # The default for windows inside E from ab964e1 to 09afbf5: the bias a tile ahead, two K/V
+    # tiles in flight (fwd_config adds single_masked_loop since 09afbf5).
     FwdConfig(16, 64, 4, 3, bias_ahead=True),
     FwdConfig(16, 64, 4, 2),  # inline-PTX gather, the default at 27741fa
     FwdConfig(16, 64, 4, 3, asm_gather=False),

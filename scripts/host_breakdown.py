@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import cProfile
 import pstats
-import statistics
 import sys
-import time
 
 import torch
 import triton
@@ -34,7 +32,7 @@ import triton
 import inkling_ops
 from inkling_ops import dispatch
 from inkling_ops.backends.triton_backend import TritonBackend, run_triton
-from inkling_ops.host_overhead import _NullBackend
+from inkling_ops.host_overhead import _NullBackend, _per_call_us
 from inkling_ops.kernels.triton_configs import fwd_config
 from inkling_ops.testing import make_case
 
@@ -42,20 +40,6 @@ from inkling_ops.testing import make_case
 @triton.jit
 def _empty_kernel(x_ptr):
     pass
-
-
-def per_call_us(fn, calls: int = 2000, batches: int = 7) -> float:
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def main(profile: bool) -> None:
@@ -121,7 +105,7 @@ def main(profile: bool) -> None:
           f"inkling_ops {inkling_ops.__version__}; splits {splits}, config {config}")  # fmt: skip
     with torch.inference_mode():
         for name, fn in layers.items():
-            print(f"{name:16s} {per_call_us(fn):8.1f} us per call", flush=True)
+            print(f"{name:16s} {_per_call_us(fn, device='cuda'):8.1f} us per call", flush=True)
         if profile:
             prof = cProfile.Profile()
             fn = layers["op"]

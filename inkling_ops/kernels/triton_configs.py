@@ -54,8 +54,8 @@ class FwdConfig:
     #: prologue instead of three and two). Same results; on the H200 the sliding prefill took
     #: 110 / 118 us against 122 / 127 (page 16 / 128, meta/logs/ab_band_only_5a35f37.log). The
     #: sliding decode was slower with it (24.2 / 25.2 against 21.8 / 21.3) until the bias gather
-    #: became a plain ld.global: 20.3 / 20.0 against 20.7 / 21.4 since
-    #: (meta/logs/ab_pinned_gather_c64efee.log)
+    #: became a plain ld.global (09afbf5); since then it is faster, 20.3 / 20.0 against 20.7 /
+    #: 21.4 (meta/logs/ab_pinned_gather_c64efee.log)
     single_masked_loop: bool = False
     #: keep the softmax denominators as per-column partial sums and reduce them once at the end,
     #: instead of a row sum per tile: with 16-row tiles the warps split each tile's columns, so
