@@ -799,6 +799,11 @@ class TimingConfig:
     cuda_graph: bool = False
     cuda_graph_prefill: bool = False
     host_calls: int = 500
+    #: how CUDA-graph replays flush the L2 before each timed replay: "zero" writes a 256 MB buffer
+    #: (as ``do_bench`` does; it leaves the L2 full of dirty lines, so a short memory-bound kernel
+    #: also pays for writing up to its own read volume back to DRAM), "read" reads it (clean lines).
+    #: do_bench-timed cases always zero.
+    l2_flush: str = "zero"
 
 
 def synchronize(device: torch.device) -> None:
@@ -822,6 +827,27 @@ def time_do_bench(fn: Callable, cfg: TimingConfig) -> float:
     return float(do_bench(fn, warmup=cfg.warmup_ms, rep=cfg.rep_ms, return_mode="median"))
 
 
+L2_FLUSHES = ("zero", "read")
+
+
+def l2_flusher(kind: str, device: torch.device) -> Callable[[], None]:
+    """A function that evicts the L2 by touching a 256 MB buffer (larger than the H200's 60 MB L2).
+
+    - ``"zero"``: ``buf.zero_()``, as ``triton.testing.do_bench`` flushes; the L2 is left holding
+      dirty lines of the buffer;
+    - ``"read"``: ``buf.sum()`` over int32 words; the L2 is left holding clean lines.
+
+    Equivalent PyTorch: ``lambda: buf.zero_()`` or ``lambda: buf.view(torch.int32).sum()``.
+    """
+    if kind not in L2_FLUSHES:
+        raise ValueError(f"l2_flush={kind!r}; expected one of {', '.join(L2_FLUSHES)}")
+    buf = torch.empty(256 << 20, dtype=torch.int8, device=device)
+    if kind == "zero":
+        return lambda: buf.zero_()
+    words = buf.view(torch.int32).zero_()  # defined contents, then a read-only pass per flush
+    return lambda: words.sum()
+
+
 def time_cuda_graph(fn: Callable, cfg: TimingConfig, device: torch.device) -> float:
     """Median ms of replaying a CUDA graph of one ``fn`` call, with the L2 flushed (eagerly) before each replay.
 
@@ -841,20 +867,20 @@ def time_cuda_graph(fn: Callable, cfg: TimingConfig, device: torch.device) -> fl
     with torch.cuda.graph(graph):
         fn()
     torch.cuda.synchronize(device)
-    flush = torch.empty(256 << 20, dtype=torch.int8, device=device)  # larger than the H200's 60 MB L2
+    flush = l2_flusher(cfg.l2_flush, device)
     warm_start, warm_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     warm_start.record()
-    flush.zero_()
+    flush()
     graph.replay()
     warm_end.record()
     torch.cuda.synchronize(device)
     for _ in range(int(cfg.warmup_ms / max(warm_start.elapsed_time(warm_end), 1e-3))):
-        flush.zero_()
+        flush()
         graph.replay()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.graph_reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.graph_reps)]
     for start, end in zip(starts, ends, strict=True):
-        flush.zero_()
+        flush()
         start.record()
         graph.replay()
         end.record()
@@ -883,7 +909,8 @@ def time_peer(prepared: Prepared, case: BenchCase, cfg: TimingConfig, device: to
         if not prepared.capturable:
             return time_do_bench(prepared.fn, cfg), do_bench_method + " (not capturable: host-synchronizing backend)"
         try:
-            return time_cuda_graph(prepared.fn, cfg, device), f"CUDA graph replay median of {cfg.graph_reps} after {cfg.warmup_ms} ms of warmup replays (L2 flushed)"
+            flushed = "L2 flushed" if cfg.l2_flush == "zero" else f"L2 flushed by {cfg.l2_flush}"
+            return time_cuda_graph(prepared.fn, cfg, device), f"CUDA graph replay median of {cfg.graph_reps} after {cfg.warmup_ms} ms of warmup replays ({flushed})"
         except RuntimeError as exc:
             torch.cuda.synchronize(device)  # raises again if the context is broken: the run stops there
             return time_do_bench(prepared.fn, cfg), do_bench_method + f" (graph capture failed: {first_line(exc)})"
@@ -1400,6 +1427,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rep-ms", type=int, default=None, help="do_bench rep (default 100, --quick 25)")
     p.add_argument("--cuda-graph", action="store_true", help="time decode cases by CUDA-graph replay")
     p.add_argument("--cuda-graph-prefill", action="store_true", help="time prefill cases by CUDA-graph replay too (no host launch cost in short prefills)")
+    p.add_argument("--l2-flush", default="zero", choices=L2_FLUSHES, help="how CUDA-graph replays flush the L2: zero (default; a 256 MB zero_, as do_bench, leaving dirty lines) or read (a read of it, leaving clean lines)")
     p.add_argument("--flex-mode", default="auto", choices=("auto", "compile", "eager"), help="FlexAttention compiled or eager (auto: compiled on CUDA)")
     p.add_argument("--no-host-overhead", action="store_true", help="skip the eager host-overhead measurement")
     p.add_argument("--smoke", action="store_true", help="tiny versions of the cases, few repetitions (for CPU checks); writes records only with --out/--records")
@@ -1452,6 +1480,7 @@ def timing_config(args: argparse.Namespace) -> TimingConfig:
         cuda_graph=args.cuda_graph,
         cuda_graph_prefill=args.cuda_graph_prefill,
         host_calls=100 if quick else 500,
+        l2_flush=args.l2_flush,
     )
 
 

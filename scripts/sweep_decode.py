@@ -1,6 +1,6 @@
 """Decode sweep on a GPU: launch configurations x split counts for the decode anchor cases, timed like the tuner (CUDA-graph replay medians, L2 flushed).
 
-    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency, wave, bias, warps, interior, defer
+    python3 scripts/sweep_decode.py OUT.jsonl [PLAN]     # PLAN: depth (the default), schedule, latency, wave, bias, warps, interior, defer, pinned, splits
 
 Where ``python -m inkling_ops.tuning`` sweeps split counts with the default configuration and then
 tries each candidate at the best count, this crosses them. Writes one tuner-style record per point
@@ -219,10 +219,26 @@ PINNED_PLAN = {
 #: Plan ``prefetch`` (an L2 prefetch of the whole window before the first tile,
 #: ``FwdConfig.l2_prefetch``) ran at de91f1a, the one commit that has that option; it was slower
 #: in every variant (meta/logs/sweep_decode_prefetch_f2e76e2.log) and was removed after it.
+#: 6ca82c4's full run put the unsplit sliding decode at 20.5 / 19.6 us, 0.54x / 0.52x the
+#: score_mod time. Its split counts were last swept (9d7a5c1) with the bias gathered at its tile
+#: and two stages; this crosses the current configuration (one masked loop, the bias a tile
+#: ahead through a plain ld.global, three stages) with split counts, strided splits, the
+#: combine as a programmatic dependent launch, and register caps that fit more programs per SM.
+SPLITS_PLAN = {
+    "decode_b64_8k_local": [
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True, single_masked_loop=True), [1, 2, 4]),  # the default
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True, single_masked_loop=True, split_strided=True), [2, 4]),
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True, single_masked_loop=True, pdl=True), [2, 4]),
+        (_cfg(64, 4, 3, asm=True, bias_ahead=True, single_masked_loop=True, split_strided=True, pdl=True), [2, 4]),
+        (_cfg(64, 4, 2, asm=True, bias_ahead=True, single_masked_loop=True, pdl=True), [2, 4]),
+        (_cfg(64, 4, 3, 168, asm=True, bias_ahead=True, single_masked_loop=True, pdl=True), [2, 4]),
+        (_cfg(32, 4, 3, asm=True, bias_ahead=True, single_masked_loop=True, pdl=True), [2, 4]),
+    ],
+}
 PLANS = {
     "depth": DEPTH_PLAN, "schedule": SCHEDULE_PLAN, "latency": LATENCY_PLAN, "wave": WAVE_PLAN, "bias": BIAS_PLAN,
     "warps": WARPS_PLAN, "interior": INTERIOR_PLAN, "defer": DEFER_PLAN,
-    "pinned": PINNED_PLAN,
+    "pinned": PINNED_PLAN, "splits": SPLITS_PLAN,
 }  # fmt: skip
 
 

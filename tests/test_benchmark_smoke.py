@@ -315,3 +315,35 @@ def test_write_records_appends_or_replaces_json_lines(tmp_path):
     assert [json.loads(line) for line in path.read_text().splitlines()] == [{"a": 1}, {"b": 2}]
     write_records(path, [{"c": 3}], append=False)
     assert [json.loads(line) for line in path.read_text().splitlines()] == [{"c": 3}]
+
+
+def test_l2_flush_option_reaches_the_timing_config_and_the_method():
+    """``--l2-flush read`` is carried into TimingConfig and named in the recorded method; an
+    unknown kind is refused by the parser and by ``l2_flusher``."""
+    args = bm.build_parser().parse_args(["--l2-flush", "read", "--cuda-graph"])
+    cfg = bm.timing_config(args)
+    assert cfg.l2_flush == "read"
+    assert bm.timing_config(bm.build_parser().parse_args([])).l2_flush == "zero"
+    with pytest.raises(SystemExit):
+        bm.build_parser().parse_args(["--l2-flush", "clean"])
+    with pytest.raises(ValueError, match="l2_flush='clean'"):
+        bm.l2_flusher("clean", torch.device("cpu"))
+
+
+@pytest.mark.parametrize("kind", ["zero", "read"])
+def test_l2_flusher_touches_the_whole_buffer(kind):
+    flush = bm.l2_flusher(kind, torch.device("cpu"))
+    result = flush()
+    if kind == "zero":
+        assert result.numel() == 256 << 20 and not result.any()
+    else:
+        assert int(result) == 0
+
+
+def test_graph_method_names_a_read_flush(monkeypatch):
+    monkeypatch.setattr(bm, "time_cuda_graph", lambda fn, cfg, device: 1.0)
+    case = next(c for c in bm.load_cases(None)[0] if c.is_decode)
+    for kind, expected in (("zero", "(L2 flushed)"), ("read", "(L2 flushed by read)")):
+        cfg = bm.TimingConfig(cuda_graph=True, l2_flush=kind)
+        _, method = bm.time_peer(bm.Prepared(fn=lambda: None), case, cfg, torch.device("cuda"))
+        assert method.endswith(expected)
