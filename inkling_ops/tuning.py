@@ -160,6 +160,7 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
                 kv_prefetch=config.kv_prefetch,
                 single_masked_loop=config.single_masked_loop,
                 deferred_row_sum=config.deferred_row_sum,
+                kv_evict_first=config.kv_evict_first,
                 timing="cuda_graph" if kind == "decode" else "do_bench")  # fmt: skip
     t0 = time.perf_counter()
     try:

@@ -9,8 +9,9 @@ so under that flush it moves up to twice its bytes. This times, by CUDA-graph re
 of two flushes (zeroing the buffer; reading it, which leaves clean lines):
 
 - an empty kernel (the floor of a replay),
-- a kernel that only reads the case's K/V bytes, contiguously, at several grid sizes (the best
-  is the bandwidth floor of any kernel for the case),
+- a kernel that only reads the case's K/V bytes, contiguously, at several grid sizes, with
+  plain loads and with loads carrying an L2 evict_first policy (the best is the bandwidth floor
+  of any kernel for the case),
 - our sliding decode, page 16 and 128, with the default configuration.
 
 Used for meta/logs/probe_flush_*.log.
@@ -33,14 +34,15 @@ def _empty_kernel(x_ptr):
 
 
 @triton.jit
-def _read_kernel(x_ptr, out_ptr, n_per_prog, BLOCK: tl.constexpr):
-    """Sum ``n_per_prog`` int32 words of program ``p``'s contiguous chunk (a read-only stream)."""
+def _read_kernel(x_ptr, out_ptr, n_per_prog, BLOCK: tl.constexpr, EVICTION: tl.constexpr = ""):
+    """Sum ``n_per_prog`` int32 words of program ``p``'s contiguous chunk (a read-only stream),
+    loaded with the L2 eviction policy ``EVICTION`` ("" or "evict_first")."""
     pid = tl.program_id(0)
     base = x_ptr + pid.to(tl.int64) * n_per_prog
     acc = tl.zeros([BLOCK], dtype=tl.int32)
     for i in tl.range(0, n_per_prog, BLOCK, num_stages=3):
         offs = i + tl.arange(0, BLOCK)
-        acc += tl.load(base + offs, mask=offs < n_per_prog, other=0)
+        acc += tl.load(base + offs, mask=offs < n_per_prog, other=0, eviction_policy=EVICTION)
     tl.store(out_ptr + pid, tl.sum(acc, 0))
 
 
@@ -93,22 +95,24 @@ def main() -> None:
     fns = {"empty kernel": lambda: _empty_kernel[(progs,)](x)}
     # The bandwidth floor: the same bytes read contiguously, by as many programs as the decode
     # has and by enough programs to fill the GPU several times over (best of these is the floor).
-    for programs, block, warps in ((progs, 2048, 4), (1056, 2048, 4), (2112, 1024, 4), (4224, 512, 4), (1056, 4096, 8)):
+    grids = ((progs, 2048, 4, ""), (1056, 2048, 4, ""), (2112, 1024, 4, ""), (4224, 512, 4, ""), (1056, 4096, 8, ""),
+             (progs, 2048, 4, "evict_first"), (1056, 2048, 4, "evict_first"), (2112, 1024, 4, "evict_first"))  # fmt: skip
+    for programs, block, warps, eviction in grids:
         words = stream.numel() // programs
         sink_p = torch.empty(programs, dtype=torch.int32, device="cuda")
-        fns[f"read {kv_bytes / 1e6:.1f} MB: {programs} x {warps} warps"] = (
-            lambda programs=programs, block=block, warps=warps, words=words, sink_p=sink_p: _read_kernel[(programs,)](
-                stream, sink_p, words, BLOCK=block, num_warps=warps)
+        fns[f"read {kv_bytes / 1e6:.1f} MB: {programs} x {warps} warps {eviction}"] = (
+            lambda programs=programs, block=block, warps=warps, words=words, sink_p=sink_p, eviction=eviction:
+            _read_kernel[(programs,)](stream, sink_p, words, BLOCK=block, EVICTION=eviction, num_warps=warps)
         )  # fmt: skip
     for page, c in cases.items():
         out = default_output(c)  # compiles the default configuration
         cfg = c.triton_config()
         fns[f"ours sliding decode p{page}"] = lambda c=c, out=out, cfg=cfg: c.run_triton(out, num_splits=1, config=cfg)
     print(f"sliding decode 64 x 8K, heads 8/{hkv}, window {window}: K+V to read {kv_bytes / 1e6:.1f} MB")
-    print(f"{'':40s} {'zero flush':>12s} {'read flush':>12s}   (median us, CUDA-graph replay)")
+    print(f"{'':52s} {'zero flush':>12s} {'read flush':>12s}   (median us, CUDA-graph replay)")
     for name, fn in fns.items():
         row = [time_graph(fn, k) for k in ("zero", "read")]
-        print(f"{name:40s} " + " ".join(f"{t:12.1f}" for t in row), flush=True)
+        print(f"{name:52s} " + " ".join(f"{t:12.1f}" for t in row), flush=True)
 
 
 if __name__ == "__main__":

@@ -107,3 +107,25 @@ def test_pdl_variants_carry_grid_dependency_control():
         "          comb.metadata.launch_pdl)\n"
     )
     assert out.split() == ["False", "False", "False", "False", "True", "True", "True", "True"], out
+
+
+def test_kv_evict_first_reaches_the_kv_loads_of_the_register_prefetch_loop():
+    """``kv_evict_first`` puts an L2 evict_first cache policy on the K/V loads of the one-stage
+    register-prefetch loop (the global decode's default); without it no load carries a policy.
+    (In pipelined loops Triton 3.6 turns the loads into cp.async and drops the policy; this
+    checks the loop the option is meant for.)"""
+    out = _compile_in_subprocess(
+        "import re\n"
+        "from inkling_ops.kernel_report import compile_fwd_sm90\n"
+        "from inkling_ops.kernels.triton_configs import fwd_config\n"
+        "cfg = fwd_config(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=1, page_size=16, rel_extent=1024)\n"
+        "assert cfg.kv_prefetch and cfg.kv_evict_first, cfg\n"
+        "for evict in (False, True):\n"
+        "    ptx = compile_fwd_sm90(cfg.__class__(**{**cfg.__dict__, 'kv_evict_first': evict}), group=8, page=16,\n"
+        "                           rel_extent=1024, num_splits=4).asm['ptx']\n"
+        "    print(evict, len(re.findall(r'ld\\.global\\.L1::evict_first\\.L2::cache_hint\\.v4', ptx)),\n"
+        "          'createpolicy.fractional.L2::evict_first' in ptx)\n"
+    )
+    lines = [line.split() for line in out.strip().splitlines()]
+    assert lines[0] == ["False", "0", "False"], out
+    assert lines[1][0] == "True" and int(lines[1][1]) >= 16 and lines[1][2] == "True", out

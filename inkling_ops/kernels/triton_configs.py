@@ -61,6 +61,13 @@ class FwdConfig:
     #: instead of a row sum per tile: with 16-row tiles the warps split each tile's columns, so
     #: every row sum is a reduction across warps (three barriers per tile)
     deferred_row_sum: bool = False
+    #: load K and V with an L2 evict_first policy (``ld.global.L1::evict_first.L2::cache_hint``).
+    #: Streamed K/V is read once, so its lines are the first to go when the L2 needs room,
+    #: instead of lines the next kernels use, or dirty lines that would be written back first
+    #: (the benchmark's L2 flush, like ``do_bench``'s, leaves the L2 full of dirty lines). Only
+    #: loads Triton does not turn into ``cp.async`` carry it: Triton 3.6 drops the policy from
+    #: the copies of pipelined loops, so it is meant for ``kv_prefetch`` (one stage)
+    kv_evict_first: bool = False
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).
@@ -92,7 +99,10 @@ def fwd_config(
       on a layer with plain tiles (global, or a window wider than E), the next tile's K/V are
       loaded into registers during this one (one stage) and split ``s`` of ``S`` takes every
       S-th tile: 1 x 128K 33.3-33.5 us against 34.7 (page 16) and 34.0-34.2 against 34.4-34.6
-      (page 128), 64 x 8K 86 us against 89. A sliding window inside E is all band tiles: with
+      (page 128), 64 x 8K 86 us against 89; K/V are loaded with an L2 evict_first policy
+      (``kv_evict_first``: 1 x 128K 30.0 / 30.3 us against 33.3 / 33.0 with the benchmark's
+      dirty-L2 flush, 28.5 / 28.2 against 27.9 / 27.5 with a clean one; 64 x 8K within 3% either
+      way, meta/logs/ab_kv_evict_first_06d2806.log). A sliding window inside E is all band tiles: with
       at most 16 rows each tile's bias is gathered one tile ahead with inline PTX, and three
       stages keep two K/V tiles in flight (64 x 8K at 8 / 2 heads, unsplit: 21.4-21.8 us at
       page 16 and 21.2-21.6 at page 128, against 22.7-22.9 and 23.4-23.6 for two stages with
@@ -123,10 +133,11 @@ def fwd_config(
         rows = max_seqlen_q_bucket * g_pad
         block_m = max(min(64, max(16, 1 << max(0, rows - 1).bit_length())), g_pad)
         if block_m == 16 and head_dim <= 128 and not 0 <= window_left < rel_extent:
-            # Plain tiles to stream: K/V a tile ahead in registers, splits strided over the tiles.
+            # Plain tiles to stream: K/V a tile ahead in registers (loaded evict_first), splits
+            # strided over the tiles.
             return FwdConfig(
                 block_m=16, block_n=64, num_warps=4, num_stages=1, asm_gather=False, kv_prefetch=True,
-                split_strided=True,
+                split_strided=True, kv_evict_first=True,
             )  # fmt: skip
         if block_m == 16 and head_dim <= 128:
             # A window inside E: every tile is a band tile. The bias a tile ahead (inline PTX,

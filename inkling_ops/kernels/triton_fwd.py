@@ -133,7 +133,7 @@ def _attend_tile(
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, ASM_GATHER: tl.constexpr,
     KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
-    KV_MODE: tl.constexpr = 0, k_in=0, v_in=0, tile_ok=True,
+    KV_MODE: tl.constexpr = 0, k_in=0, v_in=0, tile_ok=True, KV_EVICTION: tl.constexpr = "",
 ):  # fmt: skip
     """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
 
@@ -203,8 +203,8 @@ def _attend_tile(
             ok = keys < tl.where(tile_ok, kv_len, 0)
         else:
             ok = offs_n < tl.where(tile_ok, BLOCK_N, 0)
-        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
-        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0, eviction_policy=KV_EVICTION)
+        v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0, eviction_policy=KV_EVICTION)
         return k, v
     else:
         k = k_in
@@ -213,8 +213,8 @@ def _attend_tile(
             if not BIAS_GIVEN:
                 bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER, True)
             if KV_MODE == 0:
-                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
-                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], eviction_policy=KV_EVICTION)
+                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], eviction_policy=KV_EVICTION)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
             s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
         elif FULL:
@@ -223,8 +223,8 @@ def _attend_tile(
                 bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER)
             if KV_MODE == 0:
                 key_ok = keys < kv_len
-                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0, eviction_policy=KV_EVICTION)
+                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0, eviction_policy=KV_EVICTION)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
             s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
             if WINDOW_LEFT >= 0:  # 0 <= d <= WINDOW_LEFT
@@ -234,8 +234,8 @@ def _attend_tile(
             s = tl.where(visible, s, float("-inf"))
         else:
             if KV_MODE == 0:
-                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :])
-                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], eviction_policy=KV_EVICTION)
+                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], eviction_policy=KV_EVICTION)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
 
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -262,7 +262,7 @@ def _tile_loop(
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, FULL: tl.constexpr, BIAS_AHEAD: tl.constexpr, ASM_GATHER: tl.constexpr,
     KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
-    t_phase=0, TILE_STEP: tl.constexpr = 1, KV_PREFETCH: tl.constexpr = False,
+    t_phase=0, TILE_STEP: tl.constexpr = 1, KV_PREFETCH: tl.constexpr = False, KV_EVICTION: tl.constexpr = "",
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) of one kind (see :func:`_attend_tile`): plain (FULL=False), masked and
     biased (FULL=True), or interior band tiles (FULL and INTERIOR, see :func:`_masked_tiles`).
@@ -296,7 +296,7 @@ def _tile_loop(
             acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, j_first, kv_len,
             stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
             offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
-            KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=1, tile_ok=t_lo < t_hi,
+            KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=1, tile_ok=t_lo < t_hi, KV_EVICTION=KV_EVICTION,
         )  # fmt: skip
         blk = _tile_blocks(bt_row, j_first + STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
         for t in tl.range(t_lo, t_hi, TILE_STEP):
@@ -309,6 +309,7 @@ def _tile_loop(
                 stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
                 offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
                 KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=1, tile_ok=t + TILE_STEP < t_hi,
+                KV_EVICTION=KV_EVICTION,
             )  # fmt: skip
             if FULL:
                 # band-masked even in interior tiles: the tile after the range may be anywhere
@@ -318,6 +319,7 @@ def _tile_loop(
                 stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
                 offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
                 KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=2, k_in=k, v_in=v,
+                KV_EVICTION=KV_EVICTION,
             )  # fmt: skip
             k = k_next
             v = v_next
@@ -337,7 +339,7 @@ def _tile_loop(
                 acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
                 stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
                 offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, ASM_GATHER,
-                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR,
+                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_EVICTION=KV_EVICTION,
             )  # fmt: skip
             blk = blk_next
             if BIAS_AHEAD:
@@ -355,7 +357,7 @@ def _masked_tiles(
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr,
     KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
-    t_phase, TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr,
+    t_phase, TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, KV_EVICTION: tl.constexpr = "",
 ):  # fmt: skip
     """Tiles [t_lo, t_hi) that need masks or the bias. With BAND_INTERIOR the interior band tiles
     among them (keys <= every row's position, distances < E and inside the window for every row)
@@ -375,7 +377,7 @@ def _masked_tiles(
         k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
         rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
         PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-        t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
+        t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
     )  # fmt: skip
     if BAND_INTERIOR:
         acc, m_i, l_i = _tile_loop(
@@ -383,14 +385,14 @@ def _masked_tiles(
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            True, t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
+            True, t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
         )  # fmt: skip
         acc, m_i, l_i = _tile_loop(
             acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
+            t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
         )  # fmt: skip
     return acc, m_i, l_i
 
@@ -413,6 +415,7 @@ def rel_attn_fwd_kernel(
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
     PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
     TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, ONE_MASKED_LOOP: tl.constexpr, DEFER_ROW_SUM: tl.constexpr,
+    KV_EVICTION: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -535,7 +538,7 @@ def rel_attn_fwd_kernel(
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            pid_split, TILE_STEP, KV_PREFETCH,
+            pid_split, TILE_STEP, KV_PREFETCH, KV_EVICTION,
         )  # fmt: skip
     if PASS != 2 and not (PASS == 0 and BAND_ONLY):
         acc, m_i, l_i = _tile_loop(
@@ -543,7 +546,7 @@ def rel_attn_fwd_kernel(
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            t_phase=pid_split, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH,
+            t_phase=pid_split, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
         )  # fmt: skip
     if PASS == 2 or (PASS == 0 and not BAND_ONLY):
         acc, m_i, l_i = _masked_tiles(
@@ -551,7 +554,7 @@ def rel_attn_fwd_kernel(
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
             PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            pid_split, TILE_STEP, KV_PREFETCH,
+            pid_split, TILE_STEP, KV_PREFETCH, KV_EVICTION,
         )  # fmt: skip
 
     if DEFER_ROW_SUM:
@@ -691,7 +694,7 @@ def launch_rel_attn_fwd(
         config.asm_gather and _can_run_ptx(rel_logits),
         same_strides, row_i32, _slot_shift(k_strides[1]) if row_i32 else -1,
         num_splits if split and config.split_strided else 1, config.kv_prefetch, config.single_masked_loop,
-        config.deferred_row_sum,
+        config.deferred_row_sum, "evict_first" if config.kv_evict_first else "",
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
