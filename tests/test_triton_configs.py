@@ -13,9 +13,9 @@ PLAIN = FwdConfig(128, 128, 8, 3)
 # (id, fwd_config kwargs, expected): the anchor layers, as tuned on the H200 (meta/TUNING.md).
 PINNED = [
     ("decode_global_8_1", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=1, window_left=-1, rel_extent=1024, page_size=16),
-     FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True)),
+     FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True, kv_evict_first=True)),
     ("decode_window_wider_than_E", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=2, window_left=4095, rel_extent=1024, page_size=128),
-     FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True)),
+     FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True, kv_evict_first=True)),
     ("decode_32_rows", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=4, window_left=-1, rel_extent=1024, page_size=16),
      FwdConfig(32, 64, 4, 2, asm_gather=False)),
     ("decode_sliding_8_2", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=1, window_left=511, rel_extent=512, page_size=128),
