@@ -85,7 +85,7 @@ def compile_fwd_sm90(
         KV_SAME_STRIDES=True, KV_ROW_I32=True, KV_SLOT_SHIFT=(head_dim.bit_length() - 1),  # 1 KV head: slot stride D
         TILE_STEP=num_splits if num_splits > 1 and config.split_strided else 1, KV_PREFETCH=config.kv_prefetch,
         ONE_MASKED_LOOP=config.single_masked_loop, DEFER_ROW_SUM=config.deferred_row_sum,
-        KV_EVICTION="evict_first" if config.kv_evict_first else "",
+        KV_EVICTION=config.kv_eviction_policy,
     )  # fmt: skip
     params = list(inspect.signature(rel_attn_fwd_kernel.fn).parameters)
     missing = [p for p in params if p.isupper() and p not in constexprs]

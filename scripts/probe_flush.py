@@ -6,7 +6,8 @@ The benchmark and the tuner (like ``triton.testing.do_bench``) flush the L2 by z
 buffer before each replay, which leaves the L2 full of dirty lines: a kernel that then reads B
 bytes from DRAM also writes up to min(B, L2) bytes back. The sliding decode 64 x 8K reads ~34 MB,
 so under that flush it moves up to twice its bytes. This times, by CUDA-graph replay after each
-of two flushes (zeroing the buffer; reading it, which leaves clean lines):
+of two flushes (``--l2-flush zero``, zeroing the buffer; ``read``, reading it, which leaves clean
+lines; ``inkling_ops.benchmark.l2_flusher``):
 
 - an empty kernel (the floor of a replay),
 - a kernel that only reads the case's K/V bytes, contiguously, at several grid sizes, with
@@ -14,17 +15,18 @@ of two flushes (zeroing the buffer; reading it, which leaves clean lines):
   of any kernel for the case),
 - our sliding decode, page 16 and 128, with the default configuration.
 
-Used for meta/logs/probe_flush_*.log.
+Used for meta/logs/probe_flush_*.log. Those two logs (6ca82c4, e1fc1d7) were made when the
+script had its own replay loop (50 untimed replays, then 100 timed; the read flush a Triton read
+kernel instead of ``sum``); it now times through the benchmark's ``time_cuda_graph``.
 """
 
 from __future__ import annotations
-
-import statistics
 
 import torch
 import triton
 import triton.language as tl
 
+from inkling_ops.benchmark import TimingConfig, time_cuda_graph
 from inkling_ops.tuning import DECODE_CASES, default_output, tuning_case
 
 
@@ -46,38 +48,11 @@ def _read_kernel(x_ptr, out_ptr, n_per_prog, BLOCK: tl.constexpr, EVICTION: tl.c
     tl.store(out_ptr + pid, tl.sum(acc, 0))
 
 
-def time_graph(fn, flush_kind: str, reps: int = 100, warmup: int = 50) -> float:
-    """Median us of a CUDA-graph replay of ``fn`` after each flush (as benchmark.time_cuda_graph)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    buf = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    buf_words = buf.view(torch.int32)
-    sink = torch.empty(1024, dtype=torch.int32, device="cuda")
-
-    def flush():
-        if flush_kind == "zero":
-            buf.zero_()
-        elif flush_kind == "read":
-            _read_kernel[(1024,)](buf_words, sink, buf_words.numel() // 1024, BLOCK=4096)
-
-    times = []
-    for i in range(warmup + reps):
-        flush()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        if i >= warmup:
-            times.append((a, b))
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in times) * 1e3
+def time_graph(fn, flush_kind: str) -> float:
+    """Median us of a CUDA-graph replay of ``fn`` after each flush of kind ``flush_kind``
+    (``benchmark.time_cuda_graph`` with ``TimingConfig.l2_flush``)."""
+    cfg = TimingConfig(warmup_ms=10, graph_reps=100, l2_flush=flush_kind)
+    return time_cuda_graph(fn, cfg, torch.device("cuda")) * 1e3
 
 
 def main() -> None:

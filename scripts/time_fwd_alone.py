@@ -12,7 +12,6 @@ import functools
 import torch
 import triton
 
-from inkling_ops.kernels.triton_configs import FwdConfig
 from inkling_ops.backends import triton_backend as tb
 from inkling_ops.tuning import DECODE_CASES, _time, default_output, tuning_case
 
@@ -25,11 +24,11 @@ def _empty(x):
 def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("time_fwd_alone needs a CUDA device")
-    cfg = FwdConfig(16, 64, 4, 3, asm_gather=True, bias_ahead=True, single_masked_loop=True)
     _, _, comb_mod = tb._kernel_modules()
     real_combine = comb_mod.launch_rel_attn_combine
     for page in (16, 128):
         case = tuning_case(DECODE_CASES["decode_b64_8k_local"], page)
+        cfg = case.triton_config()  # the default configuration
         exp = default_output(case)
         for splits in (1, 2, 4):
             out = torch.zeros_like(case.q)

@@ -69,6 +69,11 @@ class FwdConfig:
     #: the copies of pipelined loops, so it is meant for ``kv_prefetch`` (one stage)
     kv_evict_first: bool = False
 
+    @property
+    def kv_eviction_policy(self) -> str:
+        """The kernel's ``KV_EVICTION`` (``tl.load``'s ``eviction_policy`` for K/V)."""
+        return "evict_first" if self.kv_evict_first else ""
+
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).
 DECODE_MAX_Q = 16

@@ -694,7 +694,7 @@ def launch_rel_attn_fwd(
         config.asm_gather and _can_run_ptx(rel_logits),
         same_strides, row_i32, _slot_shift(k_strides[1]) if row_i32 else -1,
         num_splits if split and config.split_strided else 1, config.kv_prefetch, config.single_masked_loop,
-        config.deferred_row_sum, "evict_first" if config.kv_evict_first else "",
+        config.deferred_row_sum, config.kv_eviction_policy,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
