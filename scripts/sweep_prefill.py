@@ -41,7 +41,8 @@ _ONE_PASS_16 = [
 
 #: plan name -> {(case, page): configurations}; the case's default (fwd_config) is always timed
 #: first. "page16" (4cef147) and "followup" (same visit) chose the page-16 one-pass default;
-#: "page64" (96b4ca0) the page-64 threshold; "address" checks one pass at every page size.
+#: "page64" (96b4ca0) the page-64 threshold; "address" checks one pass at every page size;
+#: "page128" one pass against two at page 128.
 _F = FwdConfig
 PLANS = {
     "page16": {
@@ -70,6 +71,10 @@ PLANS = {
         (case, page): [_F(64, 64, 4, 3), _F(64, 64, 4, 2, plain=_PLAIN, bias_ahead=True)]
         for case in ("prefill8k_global", "chunk2k_on16k_x4", "prefill32k_global")
         for page in (16, 64, 128)
+    },
+    # After the page-128 address change (one scalar base per tile): one launch against the two.
+    "page128": {
+        (case, 128): [_F(64, 64, 4, 3)] for case in ("prefill8k_global", "chunk2k_on16k_x4", "prefill32k_global")
     },
 }  # fmt: skip
 CASES = {
