@@ -72,7 +72,7 @@ PLANS = {
         for case in ("prefill8k_global", "chunk2k_on16k_x4", "prefill32k_global")
         for page in (16, 64, 128)
     },
-    # After the page-128 address change (one scalar base per tile): one launch against the two.
+    # After the page-128 address change: one launch against the two.
     "page128": {
         (case, 128): [_F(64, 64, 4, 3)] for case in ("prefill8k_global", "chunk2k_on16k_x4", "prefill32k_global")
     },

@@ -163,11 +163,12 @@ def _attend_tile(
     """
     keys = j0 + offs_n
     # ``blk`` holds one id per key unless every tile lies in one page (see _tile_blocks).
-    if (PAGE % BLOCK_N != 0 or KV_MODE == 1) and KV_ROW_I32:
-        # Pages per key (or the register-prefetch loads), K and V alike, every key row of the
-        # cache numbered in int32 (see launch_rel_attn_fwd): one 32-bit multiply-add and one
-        # widening multiply per key. When pages divide the tile, j0 is a multiple of PAGE, so a
-        # key's slot is its offset in the tile modulo PAGE.
+    if KV_ROW_I32:
+        # K and V alike, every key row of the cache numbered in int32 (see launch_rel_attn_fwd):
+        # one 32-bit multiply-add and one widening multiply (or shift) per key. When pages divide
+        # the tile, j0 is a multiple of PAGE, so a key's slot is its offset in the tile modulo
+        # PAGE. Also where one page holds the tile: the 64-bit offsets there cost the page-128
+        # band pass 4392 sm_90 instructions and 56 bytes of spills, against 3968 and none.
         if PAGE % BLOCK_N == 0:
             rows = blk * (stride_kb // stride_kp) + (j0 % PAGE + offs_n)
         elif BLOCK_N % PAGE == 0:
@@ -184,21 +185,17 @@ def _attend_tile(
             # widening multiply (a sign-extended one costs ~7 instructions per key).
             k_off = rows.to(tl.uint32).to(tl.int64) * stride_kp.to(tl.uint32).to(tl.int64)
         v_off = k_off
-    elif PAGE % BLOCK_N == 0:
-        # One page holds the tile: a scalar base (the block and the tile's first slot) plus a
-        # per-key offset that is the same for every tile, so the compiler computes it once
-        # before the loop. (Adding j0 % PAGE per key instead cost a 64-bit multiply per key and
-        # tile: the page-128 one-launch kernel had 3168 sm_90 instructions against 2632 at page
-        # 64, where j0 % PAGE is 0.)
-        first_slot = (j0 % PAGE).to(tl.int64)
-        k_off = (blk.to(tl.int64) * stride_kb + first_slot * stride_kp) + offs_n.to(tl.int64) * stride_kp
-        v_off = (blk.to(tl.int64) * stride_vb + first_slot * stride_vp) + offs_n.to(tl.int64) * stride_vp
-    else:  # pages per key, 64-bit offsets
+    else:
+        # Caches with more key rows than int32 holds: 64-bit offsets.
         blk = blk.to(tl.int64)
-        slots = (keys % PAGE).to(tl.int64)
+        if PAGE % BLOCK_N == 0:
+            slots = ((j0 % PAGE) + offs_n).to(tl.int64)
+        else:
+            slots = (keys % PAGE).to(tl.int64)
         k_off = blk * stride_kb + slots * stride_kp
-        if KV_SAME_STRIDES:
+        if KV_SAME_STRIDES and PAGE % BLOCK_N != 0:
             # K and V pages laid out alike (the usual case): one per-key address computation.
+            # (With one page per tile the addresses are cheap, and sharing them made ptxas spill.)
             v_off = k_off
         else:
             v_off = blk * stride_vb + slots * stride_vp
