@@ -76,10 +76,17 @@ PLANS = {
     "page128": {
         (case, 128): [_F(64, 64, 4, 3)] for case in ("prefill8k_global", "chunk2k_on16k_x4", "prefill32k_global")
     },
+    # Where between 8K (one launch faster) and 32K (two faster) the page-128 crossover lies.
+    "page128_lengths": {
+        (case, 128): [_F(64, 64, 4, 3)] for case in ("prefill4k_global", "prefill16k_global", "chunk4k_on32k_x2")
+    },
 }  # fmt: skip
 CASES = {
     **PREFILL_CASES,
     "prefill32k_global": dict(q_lens=[32768], kv_lens=[32768], num_heads=8, num_kv_heads=1, rel_extent=1024),
+    "prefill4k_global": dict(q_lens=[4096], kv_lens=[4096], num_heads=8, num_kv_heads=1, rel_extent=1024),
+    "prefill16k_global": dict(q_lens=[16384], kv_lens=[16384], num_heads=8, num_kv_heads=1, rel_extent=1024),
+    "chunk4k_on32k_x2": dict(q_lens=[4096] * 2, kv_lens=[32768] * 2, num_heads=8, num_kv_heads=1, rel_extent=1024),
 }
 
 
