@@ -81,7 +81,9 @@ DECODE_MAX_Q = 16
 
 #: Global prefill runs in one launch (no separate plain pass) when pages hold fewer keys than
 #: this: the plain pass's 128-key tiles then span several pages, and one launch of 64-key tiles
-#: measured faster at pages 16 and 64 (meta/TUNING.md).
+#: measured faster at pages 16 and 64 (meta/TUNING.md). At page 128 one launch is faster only
+#: while rows see short contexts (8K prefill 370 against 405 us, but 2 x 4K chunks on 32K 2313
+#: against 2075), and the compile key does not know the context length.
 TWO_PASS_MIN_PAGE = 128
 
 
