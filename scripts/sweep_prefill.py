@@ -76,6 +76,25 @@ PLANS = {
     "page128": {
         (case, 128): [_F(64, 64, 4, 3)] for case in ("prefill8k_global", "chunk2k_on16k_x4", "prefill32k_global")
     },
+    # After ddfb42d took the spills out of the page-128 band pass and sliding prefill: their
+    # neighbours again.
+    "band128": {
+        **{
+            (case, 128): [
+                _F(64, 64, 4, 3, plain=_PLAIN, bias_ahead=True), _F(64, 64, 4, 2, plain=_PLAIN),
+                _F(64, 32, 4, 3, plain=_PLAIN, bias_ahead=True), _F(64, 32, 4, 2, plain=_PLAIN, bias_ahead=True, max_registers=168),
+                _F(128, 64, 8, 2, plain=_PLAIN, bias_ahead=True), _F(64, 64, 4, 2, plain=_F(128, 128, 8, 2), bias_ahead=True),
+                _F(64, 64, 4, 2, plain=_F(128, 64, 8, 4), bias_ahead=True),
+            ]
+            for case in ("prefill8k_global", "chunk2k_on16k_x4")
+        },
+        ("prefill8k_local", 128): [
+            _F(64, 32, 4, 3, bias_ahead=True, max_registers=168, single_masked_loop=True),
+            _F(64, 32, 4, 2, bias_ahead=True, single_masked_loop=True),
+            _F(64, 64, 4, 2, bias_ahead=True, max_registers=168, single_masked_loop=True),
+            _F(64, 64, 4, 2, bias_ahead=True, single_masked_loop=True),
+        ],
+    },
     # Where between 8K (one launch faster) and 32K (two faster) the page-128 crossover lies.
     "page128_lengths": {
         (case, 128): [_F(64, 64, 4, 3)] for case in ("prefill4k_global", "prefill16k_global", "chunk4k_on32k_x2")
