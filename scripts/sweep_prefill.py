@@ -42,7 +42,8 @@ _ONE_PASS_16 = [
 #: plan name -> {(case, page): configurations}; the case's default (fwd_config) is always timed
 #: first. "page16" (4cef147) and "followup" (same visit) chose the page-16 one-pass default;
 #: "page64" (96b4ca0) the page-64 threshold; "address" checks one pass at every page size;
-#: "page128" one pass against two at page 128.
+#: "page128" and "page128_lengths" (0e931bc, ddfb42d, 47287fb) one pass against two at page 128;
+#: "band128" (bf68518) the page-128 band pass and sliding prefill's neighbours.
 _F = FwdConfig
 PLANS = {
     "page16": {
@@ -100,12 +101,19 @@ PLANS = {
         (case, 128): [_F(64, 64, 4, 3)] for case in ("prefill4k_global", "prefill16k_global", "chunk4k_on32k_x2")
     },
 }  # fmt: skip
+
+
+def _global_case(q_len: int, kv_len: int, num_reqs: int = 1) -> dict:
+    """``make_case`` arguments of a global layer as in the anchors (8 / 1 heads, E 1024)."""
+    return dict(q_lens=[q_len] * num_reqs, kv_lens=[kv_len] * num_reqs, num_heads=8, num_kv_heads=1, rel_extent=1024)
+
+
 CASES = {
     **PREFILL_CASES,
-    "prefill32k_global": dict(q_lens=[32768], kv_lens=[32768], num_heads=8, num_kv_heads=1, rel_extent=1024),
-    "prefill4k_global": dict(q_lens=[4096], kv_lens=[4096], num_heads=8, num_kv_heads=1, rel_extent=1024),
-    "prefill16k_global": dict(q_lens=[16384], kv_lens=[16384], num_heads=8, num_kv_heads=1, rel_extent=1024),
-    "chunk4k_on32k_x2": dict(q_lens=[4096] * 2, kv_lens=[32768] * 2, num_heads=8, num_kv_heads=1, rel_extent=1024),
+    "prefill32k_global": _global_case(32768, 32768),
+    "prefill4k_global": _global_case(4096, 4096),
+    "prefill16k_global": _global_case(16384, 16384),
+    "chunk4k_on32k_x2": _global_case(4096, 32768, num_reqs=2),
 }
 
 
