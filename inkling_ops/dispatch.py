@@ -19,7 +19,7 @@ from .backends.base import Backend
 from .backends.reference import ReferenceBackend
 from .backends.triton_backend import TritonBackend
 from .compile_keys import CompileKey, DeviceFacts, compile_key, split_count
-from .problem import RelAttnProblem
+from .problem import RelAttnArgs, RelAttnProblem
 from .validation import OP_NAME
 
 #: Backends by priority, highest first. Kernel backends insert themselves ahead of the reference.
@@ -112,22 +112,11 @@ def plan(problem: RelAttnProblem, device: torch.device, requested: str | None) -
     return backend, splits, compile_key(problem, arch=facts.arch, backend=backend.name, splits=splits)
 
 
-def run(
-    problem: RelAttnProblem,
-    requested: str | None,
-    q: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    cache_seqlens: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    rel_logits: torch.Tensor,
-    out: torch.Tensor,
-) -> None:
-    """Run a validated call on the chosen backend, writing ``out``."""
-    backend, splits, _ = _backend_and_splits(problem, q.device, requested)
+def run(problem: RelAttnProblem, requested: str | None, args: RelAttnArgs, out: torch.Tensor) -> None:
+    """Run a validated call (its tensors bundled in ``args``) on the chosen backend, writing ``out``."""
+    backend, splits, _ = _backend_and_splits(problem, args.q.device, requested)
     if checked.is_checked_mode():
-        checked.check_device_values(problem, block_table, cache_seqlens, cu_seqlens_q)
+        checked.check_device_values(problem, args.block_table, args.cache_seqlens, args.cu_seqlens_q)
     if problem.num_tokens == 0 or problem.num_reqs == 0:
         return
-    backend.run(problem, splits, q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits, out)
+    backend.run(problem, splits, args, out)

@@ -15,6 +15,7 @@ import torch
 from torch.library import Library
 
 from . import dispatch
+from .problem import RelAttnArgs
 from .validation import check_call, check_inference_only
 
 _ARGS = (
@@ -54,7 +55,8 @@ def _rel_attn_out(
         q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
         max_seqlen_q, softmax_scale, window_size, causal, num_splits, out,
     )  # fmt: skip
-    dispatch.run(problem, backend, q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits, out)
+    args = RelAttnArgs(q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
+    dispatch.run(problem, backend, args, out)
 
 
 def _rel_attn(
@@ -67,7 +69,8 @@ def _rel_attn(
     )  # fmt: skip
     # Rows no request covers come back as zeros (the out variant leaves them untouched).
     out = torch.zeros_like(q, memory_format=torch.contiguous_format)
-    dispatch.run(problem, backend, q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits, out)
+    args = RelAttnArgs(q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
+    dispatch.run(problem, backend, args, out)
     return out
 
 

@@ -13,6 +13,24 @@ from typing import NamedTuple
 import torch
 
 
+class RelAttnArgs(NamedTuple):
+    """The seven tensors of one rel_attn call, as one bundle from the op down to the kernel launch.
+
+    Shapes (T tokens, B requests, Hq / Hkv heads, head_dim D, rel_extent E): q (T, Hq, D);
+    key_cache, value_cache (num_blocks, page_size, Hkv, D), possibly strided views; block_table
+    (B, max_blocks_per_seq) int32; cache_seqlens (B,) int32; cu_seqlens_q (B + 1,) int32;
+    rel_logits (T, Hq, E). The order is the op schema's; ``out`` travels beside the bundle.
+    """
+
+    q: torch.Tensor
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor
+    block_table: torch.Tensor
+    cache_seqlens: torch.Tensor
+    cu_seqlens_q: torch.Tensor
+    rel_logits: torch.Tensor
+
+
 class RelAttnProblem(NamedTuple):
     """Static facts of one call (a NamedTuple: immutable, hashable, cheap to build per call).
 

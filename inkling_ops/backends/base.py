@@ -13,7 +13,7 @@ import torch
 
 from ..compile_keys import DeviceFacts
 from ..heuristics import SplitPolicy
-from ..problem import RelAttnProblem
+from ..problem import RelAttnArgs, RelAttnProblem
 
 
 class Backend(abc.ABC):
@@ -37,17 +37,5 @@ class Backend(abc.ABC):
         """None if this backend runs ``problem`` on a device with ``facts``, else the reason it cannot."""
 
     @abc.abstractmethod
-    def run(
-        self,
-        problem: RelAttnProblem,
-        splits: int,
-        q: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        block_table: torch.Tensor,
-        cache_seqlens: torch.Tensor,
-        cu_seqlens_q: torch.Tensor,
-        rel_logits: torch.Tensor,
-        out: torch.Tensor,
-    ) -> None:
-        """Write the result of a validated call into ``out``."""
+    def run(self, problem: RelAttnProblem, splits: int, args: RelAttnArgs, out: torch.Tensor) -> None:
+        """Write the result of a validated call (``problem``, its tensors ``args``) into ``out``."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..compile_keys import DeviceFacts
-from ..problem import RelAttnProblem
+from ..problem import RelAttnArgs, RelAttnProblem
 from ..reference import rel_attn_reference
 from .base import Backend
 
@@ -24,28 +24,5 @@ class ReferenceBackend(Backend):
     def why_not(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
         return None  # every valid call (the dispatcher has already checked the device type)
 
-    def run(
-        self,
-        problem: RelAttnProblem,
-        splits: int,
-        q: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        block_table: torch.Tensor,
-        cache_seqlens: torch.Tensor,
-        cu_seqlens_q: torch.Tensor,
-        rel_logits: torch.Tensor,
-        out: torch.Tensor,
-    ) -> None:
-        rel_attn_reference(
-            q,
-            key_cache,
-            value_cache,
-            block_table,
-            cache_seqlens,
-            cu_seqlens_q,
-            rel_logits,
-            out,
-            softmax_scale=problem.softmax_scale,
-            window_left=problem.window_left,
-        )
+    def run(self, problem: RelAttnProblem, splits: int, args: RelAttnArgs, out: torch.Tensor) -> None:
+        rel_attn_reference(*args, out, softmax_scale=problem.softmax_scale, window_left=problem.window_left)

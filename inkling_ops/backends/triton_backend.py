@@ -13,7 +13,7 @@ import torch
 
 from ..compile_keys import DeviceFacts
 from ..heuristics import SplitPolicy, bucket_max_seqlen_q
-from ..problem import RelAttnProblem
+from ..problem import RelAttnArgs, RelAttnProblem
 from .base import Backend
 
 #: Split-KV policy of the Triton decode path, from the H200 sweep in meta/tuning_records.jsonl
@@ -67,19 +67,7 @@ class TritonBackend(Backend):
             return f"{problem.q_per_kv} query heads per KV head; at most 64"
         return None
 
-    def run(
-        self,
-        problem: RelAttnProblem,
-        splits: int,
-        q: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        block_table: torch.Tensor,
-        cache_seqlens: torch.Tensor,
-        cu_seqlens_q: torch.Tensor,
-        rel_logits: torch.Tensor,
-        out: torch.Tensor,
-    ) -> None:
+    def run(self, problem: RelAttnProblem, splits: int, args: RelAttnArgs, out: torch.Tensor) -> None:
         config = _kernel_modules()[0].fwd_config(
             head_dim=problem.head_dim,
             q_per_kv=problem.q_per_kv,
@@ -89,7 +77,7 @@ class TritonBackend(Backend):
             page_size=problem.page_size,
         )
         run_triton(
-            q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits, out,
+            *args, out,
             softmax_scale=problem.softmax_scale, window_left=problem.window_left,
             max_seqlen_q=problem.max_seqlen_q, num_splits=splits, config=config,
         )  # fmt: skip
