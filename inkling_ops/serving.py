@@ -74,16 +74,24 @@ def enumerate_compile_keys(
     every max_seqlen_q in [1, min(max_num_batched_tokens, max_model_len)] and every request
     count in [1, max_num_seqs], through their buckets.
     """
+    keys = set()
+    for q_bucket, reqs in representative_calls(config):
+        problem = problem_for(config, num_tokens=max(q_bucket, reqs), num_reqs=reqs, max_seqlen_q=q_bucket)
+        splits = 1 if policy is None else split_count(problem, facts, policy)
+        keys.add(compile_key(problem, arch=facts.arch, backend=backend, splits=splits))
+    return keys
+
+
+def representative_calls(config: ServingConfig) -> list[tuple[int, int]]:
+    """``(max_seqlen_q bucket, request-count bucket)`` pairs covering every runtime call of ``config``.
+
+    Every max_seqlen_q in [1, min(max_num_batched_tokens, max_model_len)] and every request count in
+    [1, max_num_seqs] falls into one of these pairs' buckets.
+    """
     max_q = min(config.max_num_batched_tokens, config.max_model_len)
     q_buckets = sorted({bucket_max_seqlen_q(n) for n in _bucket_representatives(max_q)})
     req_buckets = sorted({bucket_pow2(n) for n in _bucket_representatives(config.max_num_seqs)})
-    keys = set()
-    for q_bucket in q_buckets:
-        for reqs in req_buckets:
-            problem = problem_for(config, num_tokens=max(q_bucket, reqs), num_reqs=reqs, max_seqlen_q=q_bucket)
-            splits = 1 if policy is None else split_count(problem, facts, policy)
-            keys.add(compile_key(problem, arch=facts.arch, backend=backend, splits=splits))
-    return keys
+    return [(q, r) for q in q_buckets for r in req_buckets]
 
 
 def _bucket_representatives(limit: int) -> list[int]:

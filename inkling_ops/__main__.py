@@ -1,0 +1,137 @@
+"""``python -m inkling_ops {demo,bench,warmup,cache}``: the package's command line.
+
+    python -m inkling_ops demo [--device cuda]          one attention step, eager and compiled, checked
+    python -m inkling_ops bench [--page-size 16]        our op on a few cases on this GPU: a table
+    python -m inkling_ops warmup --heads 8 --kv-heads 1 --page-size 16 --rel-extent 1024 \\
+        --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 131072
+    python -m inkling_ops warmup --config serving.json  (the same fields as JSON; --dry-run lists keys)
+    python -m inkling_ops cache info | clear            the on-disk kernel cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+import torch
+
+#: ServingConfig fields and their flags (dtype as a name such as "bfloat16").
+_CONFIG_FLAGS = {
+    "num_heads": "--heads",
+    "num_kv_heads": "--kv-heads",
+    "head_dim": "--head-dim",
+    "page_size": "--page-size",
+    "rel_extent": "--rel-extent",
+    "window_left": "--window-left",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "max_model_len": "--max-model-len",
+}
+_CONFIG_DEFAULTS = dict(num_heads=8, num_kv_heads=1, head_dim=128, page_size=16, rel_extent=1024, window_left=-1,
+                        max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=131072)  # fmt: skip
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"warmup: dtype is {name!r}; expected a torch dtype name such as 'bfloat16'")
+    return dtype
+
+
+def serving_config(args: argparse.Namespace):
+    """The ServingConfig of the warmup flags, the JSON file's fields overriding the defaults first."""
+    from .serving import ServingConfig
+
+    fields = dict(_CONFIG_DEFAULTS, dtype="bfloat16")
+    if args.config:
+        with open(args.config) as f:
+            loaded = json.load(f)
+        known = {f.name for f in dataclasses.fields(ServingConfig)}
+        unknown = sorted(set(loaded) - known)
+        if unknown:
+            raise ValueError(f"warmup: --config {args.config} has unknown fields {unknown}; expected some of {sorted(known)}")
+        fields.update(loaded)
+    for name in _CONFIG_FLAGS:
+        value = getattr(args, name)
+        if value is not None:
+            fields[name] = value
+    if args.dtype is not None:
+        fields["dtype"] = args.dtype
+    fields["dtype"] = _dtype(fields["dtype"])
+    if fields.get("kv_dtype") is not None:
+        fields["kv_dtype"] = _dtype(fields["kv_dtype"])
+    return ServingConfig(**fields)
+
+
+def _warmup(args: argparse.Namespace) -> int:
+    from . import dispatch
+    from .serving import enumerate_compile_keys
+    from .warmup import warmup
+
+    config = serving_config(args)
+    print(f"serving configuration: {config}")
+    if args.dry_run:
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        facts = dispatch.device_facts(device)
+        name = args.backend or ("triton" if device.type == "cuda" else "reference")
+        backend = dispatch.get_backend(name)
+        keys = sorted(enumerate_compile_keys(config, facts=facts, backend=name, policy=backend.split_policy))
+        for key in keys:
+            print(f"  {key}")
+        print(f"{len(keys)} compile keys on {facts.arch} for backend {name!r}")
+        return 0
+    summary = warmup(config, device=args.device, backend=args.backend, progress=not args.no_progress)
+    print(summary)
+    return 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from . import kernel_cache
+
+    if args.action == "info":
+        print(kernel_cache.info())
+    else:
+        print(f"removed {kernel_cache.clear()} compiled variants from {kernel_cache.cache_dir()}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m inkling_ops", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="one attention step, eager and compiled, checked", add_help=False)
+    sub.add_parser("bench", help="our op on a few cases on this device: a table", add_help=False)
+    warm = sub.add_parser("warmup", help="compile every kernel a serving configuration can reach")
+    warm.add_argument("--config", help="a JSON file of ServingConfig fields (flags override it)")
+    for name, flag in _CONFIG_FLAGS.items():
+        warm.add_argument(flag, dest=name, type=int, default=None, help=f"default {_CONFIG_DEFAULTS[name]}")
+    warm.add_argument("--dtype", default=None, help="default bfloat16")
+    warm.add_argument("--device", default=None, help="default cuda when available, else cpu")
+    warm.add_argument("--backend", default=None, help="default: the dispatcher's choice")
+    warm.add_argument("--dry-run", action="store_true", help="list the compile keys, run nothing")
+    warm.add_argument("--no-progress", action="store_true")
+    cache = sub.add_parser("cache", help="the on-disk kernel cache")
+    cache.add_argument("action", choices=("info", "clear"))
+
+    if argv and argv[0] in ("demo", "bench"):  # their own parsers take the rest of the line
+        if argv[0] == "demo":
+            from .demo import main as demo_main
+
+            return demo_main(argv[1:])
+        from .bench import main as bench_main
+
+        return bench_main(argv[1:])
+    args = parser.parse_args(argv)
+    import inkling_ops  # noqa: F401  (registers the ops)
+
+    try:
+        return _warmup(args) if args.command == "warmup" else _cache(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

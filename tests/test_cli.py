@@ -1,0 +1,86 @@
+"""The command line: ``python -m inkling_ops {warmup,cache}`` and the warmup behind it (CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import inkling_ops
+from inkling_ops import kernel_cache
+from inkling_ops.__main__ import main
+from inkling_ops.serving import ServingConfig, enumerate_compile_keys
+from inkling_ops.warmup import representative_args, warmup
+
+TINY = ServingConfig(
+    num_heads=4, num_kv_heads=2, head_dim=32, rel_extent=16, page_size=16,
+    max_num_seqs=4, max_num_batched_tokens=32, max_model_len=64, dtype=torch.float32,
+)  # fmt: skip
+
+
+def test_warmup_dry_run_lists_the_enumerated_keys(capsys):
+    flags = ["--heads", "8", "--kv-heads", "1", "--page-size", "16", "--rel-extent", "1024",
+             "--max-num-seqs", "256", "--max-num-batched-tokens", "8192", "--max-model-len", "131072"]  # fmt: skip
+    assert main(["warmup", "--dry-run", "--device", "cpu", *flags]) == 0
+    printed = capsys.readouterr().out
+    config = ServingConfig(num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=1024, page_size=16,
+                           max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=131072)  # fmt: skip
+    facts = inkling_ops.device_facts(torch.device("cpu"))
+    keys = enumerate_compile_keys(config, facts=facts, backend="reference", policy=None)
+    assert f"{len(keys)} compile keys on cpu for backend 'reference'" in printed
+    assert printed.count("CompileKey(") == len(keys)
+
+
+def test_warmup_config_file_and_unknown_fields(tmp_path, capsys):
+    path = tmp_path / "serving.json"
+    path.write_text(json.dumps({"num_heads": 4, "num_kv_heads": 2, "window_left": 15, "rel_extent": 16}))
+    assert main(["warmup", "--dry-run", "--device", "cpu", "--config", str(path)]) == 0
+    assert "window_left=15" in capsys.readouterr().out
+    path.write_text(json.dumps({"num_heads": 4, "heads_per_kv": 2}))
+    assert main(["warmup", "--dry-run", "--device", "cpu", "--config", str(path)]) == 2
+    assert "unknown fields ['heads_per_kv']" in capsys.readouterr().err
+
+
+def test_representative_args_are_a_valid_call_of_the_config():
+    args, out = representative_args(TINY, max_seqlen_q=20, num_reqs=3, device=torch.device("cpu"))
+    assert args.cu_seqlens_q.tolist() == [0, 20, 21, 22]
+    assert args.block_table.shape == (3, TINY.max_blocks_per_seq)
+    got = inkling_ops.rel_attn(*args[:3], block_table=args.block_table, cache_seqlens=args.cache_seqlens,
+                               cu_seqlens_q=args.cu_seqlens_q, rel_logits=args.rel_logits, max_seqlen_q=20)  # fmt: skip
+    assert got.shape == out.shape and torch.isfinite(got).all()
+
+
+def test_warmup_runs_one_call_per_key(monkeypatch):
+    calls = []
+    real = torch.ops.inkling.rel_attn_out
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["max_seqlen_q"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.ops.inkling, "rel_attn_out", spy)
+    summary = warmup(TINY, device="cpu", progress=False)
+    facts = inkling_ops.device_facts(torch.device("cpu"))
+    assert set(summary.keys) == enumerate_compile_keys(TINY, facts=facts, backend="reference", policy=None)
+    assert len(calls) == len(summary.keys)
+
+
+def test_cache_info_and_clear_touch_only_our_kernels(tmp_path):
+    for name, kernel in (("A", "rel_attn_fwd_kernel"), ("B", "rel_attn_combine_kernel"), ("C", "other_kernel")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{kernel}.json").write_text("{}")
+        (tmp_path / name / f"{kernel}.cubin").write_bytes(b"x" * 100)
+    info = kernel_cache.info(tmp_path)
+    assert info.entries == {"rel_attn_fwd_kernel": 1, "rel_attn_combine_kernel": 1}
+    assert info.size_bytes == 2 * 102
+    assert kernel_cache.clear(tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["C"]
+
+
+@pytest.mark.parametrize("action", ["info", "clear"])
+def test_cache_command(action, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(kernel_cache, "cache_dir", lambda: tmp_path)
+    assert main(["cache", action]) == 0
+    assert str(tmp_path) in capsys.readouterr().out
