@@ -399,3 +399,50 @@ def test_fa4_peer_uses_the_vllm_score_mod_and_imports_no_cutlass():
                  "bias = bias_table[row[0], h_idx[0], column]", "cutlass.Float32(bias) if d0 == column else cutlass.Float32(0.0)"):  # fmt: skip
         assert step in body, step
     assert "make_rmem_tensor" not in body and "cute.where" not in body
+
+
+# --- the host-overhead probe (meta/tools/host_overhead.py) ------------------------------------------
+
+
+def _load_host_overhead():
+    name = "inkling_lab_host_overhead"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _BENCHMARK.parents[1] / "tools" / "host_overhead.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_host_overhead_probe_leaves_the_dispatcher_as_it_was():
+    """The kernel-less measurement patches the chosen backend's ``run`` only inside its block:
+    the op writes nothing there, and afterwards the backend list and the method are unchanged."""
+    from inkling_ops import dispatch
+    from inkling_ops.testing import make_case
+
+    ho = _load_host_overhead()
+    names = dispatch.backend_names()
+    case = make_case([1, 1], [40, 9], num_heads=8, num_kv_heads=1, head_dim=32, rel_extent=16)
+    out = torch.zeros_like(case.q)
+    args = (case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q, case.rel_logits)
+    options = dict(max_seqlen_q=1, softmax_scale=case.softmax_scale, window_size=[-1, -1], out=out)
+    with torch.inference_mode():
+        with ho.backend_without_kernels(args, options) as name:
+            torch.ops.inkling.rel_attn_out.default(*args, **options)
+            assert not out.any()  # run() launched nothing
+            assert "run" in vars(dispatch.get_backend(name))  # the instance attribute shadows the method
+        assert dispatch.backend_names() == names and "run" not in vars(dispatch.get_backend(name))
+        torch.ops.inkling.rel_attn_out.default(*args, **options)
+    assert out.abs().sum() > 0  # the real backend runs again
+
+
+def test_host_overhead_record_has_the_old_fields_and_the_new(tmp_path, capsys):
+    ho = _load_host_overhead()
+    record = tmp_path / "host.jsonl"
+    assert ho.main(["--device", "cpu", "--calls", "2", "--record", str(record)]) == 0
+    (line,) = record.read_text().splitlines()
+    fields = json.loads(line)
+    for key in ("library_define_empty_us", "custom_op_empty_us", "rel_attn_out_null_backend_us", "rel_attn_out_default_backend_us",
+                "vllm_entry_point_us", "sdpa_us"):  # fmt: skip
+        assert fields[key] > 0, key
+    assert fields["command"].startswith("python meta/tools/host_overhead.py --device cpu")
