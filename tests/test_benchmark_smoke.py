@@ -1,5 +1,6 @@
-"""CPU checks of the benchmark (inkling_ops/benchmark.py): accounting, inputs, the correctness
-check, the smoke run end to end (records, log, table), the plot and the dry run.
+"""CPU smoke checks of the lab's peer benchmark (meta/bench/benchmark.py, not part of the package):
+accounting, inputs, the correctness check, both clocks, the smoke run end to end (records, log,
+table), the plot and the dry run.
 
 The GPU-only parts (flash-attn-4, compiled FlexAttention, do_bench, CUDA graphs, memory) cannot
 run here; the smoke run shows that they report themselves unavailable instead of failing.
@@ -8,14 +9,31 @@ run here; the smoke run shows that they report themselves unavailable instead of
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from brute_force import rel_attn_brute_force
 
-from inkling_ops import benchmark as bm
+_BENCHMARK = Path(__file__).resolve().parents[1] / "meta" / "bench" / "benchmark.py"
+
+
+def _load_benchmark():
+    """meta/bench/benchmark.py by path (meta/ is not a package); registered so dataclasses resolve."""
+    name = "inkling_lab_benchmark"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, _BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bm = _load_benchmark()
 
 CPU = torch.device("cpu")
 
@@ -139,7 +157,9 @@ def test_paged_inputs_hold_the_dense_kv(page_size):
     assert (inputs.q != 0).all() and (inputs.rel_logits != 0).all()
 
 
-@pytest.mark.parametrize("name", ["chunk2k_on16k_x4", "prefill8k_local", "decode_b64_8k_local"])
+@pytest.mark.parametrize(
+    "name", [pytest.param("chunk2k_on16k_x4", marks=pytest.mark.slow), "prefill8k_local", "decode_b64_8k_local"]
+)
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_reference_rows_match_the_brute_force_oracle(name, with_bias):
     case = bm.smoke_case(_case(name))
@@ -165,16 +185,35 @@ def test_check_rows_cover_first_and_last_request():
 # --- table ----------------------------------------------------------------------------------------
 
 
-def test_table_ratio_is_peer_time_over_ours():
+def test_table_ratio_is_peer_time_over_ours_per_clock():
     case = _case("prefill8k_global")
     env = {"timestamp": "t", "git_sha": "s"}
     recs = [
-        bm.make_record(env, case, 128, "ours", median_ms=0.3, tflops=bm.tflops(case, 0.3), gbps=1.0, err_flag=False),
-        bm.make_record(env, case, 128, "fa4_scoremod", median_ms=0.6, tflops=bm.tflops(case, 0.6), gbps=1.0, err_flag=True),
+        bm.make_record(env, case, 128, "ours", eager_ms=0.4, graph_ms=0.3, err_flag=False),
+        bm.make_record(env, case, 128, "fa4_scoremod", eager_ms=1.2, graph_ms=0.6, err_flag=True),
+        bm.make_record(env, case, 128, "flex", eager_ms=0.8, graph_timing="capture failed: RuntimeError: x", err_flag=False),
         bm.make_record(env, case, 128, "sdpa_nobias", status="unavailable", reason="x"),
     ]
     table = bm.format_table(recs)
-    assert "0.3ms 458T 1.00x" in table and "0.6ms 229T 2.00x!" in table and "n/a" in table
+    header = next(line for line in table.splitlines() if line.startswith("case"))
+    assert "ours eager" in header and "ours graph" in header and header.index("fa4_scoremod eager") < header.index("fa4_scoremod graph")
+    assert "0.4ms 344T 1.00x" in table and "0.3ms 458T 1.00x" in table  # ours on each clock
+    assert "1.2ms 115T 3.00x!" in table and "0.6ms 229T 2.00x!" in table  # ratios per clock
+    assert "0.8ms 172T 2.00x" in table and "capture failed" in table and "n/a" in table
+
+
+def test_table_and_clock_ms_read_old_single_clock_records():
+    """Records before issue 15 hold one ``median_ms`` on the clock their ``timing`` names."""
+    case = _case("decode_b64_8k")
+    old = dict(bm.make_record({}, case, 16, "ours"), median_ms=0.1, timing="CUDA graph replay median of 20")
+    for key in ("eager_ms", "graph_ms"):
+        old.pop(key)
+    eager_old = dict(old, peer="flex", median_ms=0.2, timing="triton do_bench median (L2 flushed)")
+    assert (bm.clock_ms(old, "graph"), bm.clock_ms(old, "eager")) == (0.1, None)
+    assert (bm.clock_ms(eager_old, "graph"), bm.clock_ms(eager_old, "eager")) == (None, 0.2)
+    table = bm.format_table([old, eager_old])
+    row = next(line for line in table.splitlines() if line.startswith("decode_b64_8k"))
+    assert row.split(" | ")[1:] == ["-         ", "0.1ms 2697G 1.00x", "0.2ms 1349G", "-"]
 
 
 # --- end to end -------------------------------------------------------------------------------------
@@ -182,9 +221,9 @@ def test_table_ratio_is_peer_time_over_ours():
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """One CPU smoke run over three cases (prefill, chunked, sliding decode) at both page sizes."""
+    """One CPU smoke run over two cases (sliding prefill, long decode) at both page sizes."""
     out = tmp_path_factory.mktemp("bench")
-    argv = ["--smoke", "--device", "cpu", "--cases-filter", "chunk,prefill8k_local,decode_b1", "--out", str(out), "--git-sha", "abc123", "--no-progress"]
+    argv = ["--smoke", "--device", "cpu", "--cases-filter", "prefill8k_local,decode_b1", "--out", str(out), "--git-sha", "abc123", "--no-progress"]
     assert bm.main(argv) == 0
     records = [json.loads(line) for line in (out / "bench_records.jsonl").read_text().splitlines()]
     return out, records
@@ -193,13 +232,13 @@ def smoke_run(tmp_path_factory):
 def test_smoke_run_writes_one_record_per_case_page_peer(smoke_run, capsys):
     out, records = smoke_run
     timed = [r for r in records if r["case"] != bm.HOST_CASE]
-    assert len(timed) == 3 * 2 * len(bm.ALL_PEERS)
+    assert len(timed) == 2 * 2 * len(bm.ALL_PEERS)
     assert {(r["case"], r["page_size"]) for r in timed} == {
-        (f"{c}@smoke", p) for c in ("chunk2k_on16k_x4", "prefill8k_local", "decode_b1_128k") for p in (16, 128)
+        (f"{c}@smoke", p) for c in ("prefill8k_local", "decode_b1_128k") for p in (16, 128)
     }
     for r in records:
         assert r["git_sha"] == "abc123" and r["device"] == "cpu" and r["smoke"] is True
-        assert r["command"].startswith("python -m inkling_ops.benchmark --smoke")
+        assert r["command"].startswith("python meta/bench/benchmark.py --smoke")
         assert {"torch", "triton", "cutlass_dsl", "flash_attn_4"} <= set(r["versions"])
     by = {(r["case"].split("@")[0], r["page_size"], r["peer"]): r for r in timed}
     for (case, _page, peer), r in by.items():
@@ -210,15 +249,16 @@ def test_smoke_run_writes_one_record_per_case_page_peer(smoke_run, capsys):
         else:
             assert r["status"] == "ok", r
             assert r["rel_err"] < bm.DEFAULT_TOL and r["err_flag"] is False
-            assert r["median_ms"] > 0 and r["first_call_s"] >= 0
-            assert r["tflops"] == pytest.approx(bm.flop_count(bm.BenchCase(**r["case_spec"])) / (r["median_ms"] * 1e9))
-    assert by[("chunk2k_on16k_x4", 16, "ours")]["backend"] == "reference"
-    assert "causal_lower_right" in by[("chunk2k_on16k_x4", 16, "sdpa_nobias")]["note"]
+            assert r["eager_ms"] > 0 and r["first_call_s"] >= 0
+            assert r["graph_ms"] is None and r["graph_timing"] == "n/a (cpu)"  # CPU: eager only
+            assert r["eager_tflops"] == pytest.approx(bm.flop_count(bm.BenchCase(**r["case_spec"])) / (r["eager_ms"] * 1e9))
+    assert by[("decode_b1_128k", 16, "ours")]["backend"] == "reference"
     assert "measured once" in by[("decode_b1_128k", 128, "flex")]["note"]
     host = {r["peer"]: r for r in records if r["case"] == bm.HOST_CASE}
     assert {"noop", "ours", "sdpa_nobias"} <= set(host) and host["ours"]["host_us_per_call"] > 0
     assert "wall time / N" in host["ours"]["note"]
-    assert (out / "bench.log").read_text().count("\n") > 20
+    log = (out / "bench.log").read_text()
+    assert log.count("\n") > 20 and "ours graph" in log and "n/a (cpu)" in log
 
 
 def test_plot_draws_the_latest_run(smoke_run, tmp_path):
@@ -264,8 +304,7 @@ def test_git_state_dirty_flag_only_for_a_checkout_of_that_sha():
     """Records name the code they measured: the SHA given on the command line wins, and the dirty
     flag is reported only when the working tree is a checkout of that SHA (on the GPU machine the
     copied tree is not, and the flag is unknown)."""
-    from inkling_ops.benchmark import git_state
-
+    git_state = bm.git_state
     head, _ = git_state(None)
     if head is None:
         pytest.skip("not a git checkout")
@@ -274,53 +313,52 @@ def test_git_state_dirty_flag_only_for_a_checkout_of_that_sha():
     assert git_state("0000000") == ("0000000", None)
 
 
-@pytest.mark.parametrize(
-    "decode,graph,graph_prefill,expected",
-    [
-        (True, False, False, "do_bench"),
-        (True, True, False, "graph"),
-        (False, True, False, "do_bench"),  # --cuda-graph alone times prefill eagerly
-        (False, True, True, "graph"),
-        (False, False, True, "graph"),
-        (True, False, True, "do_bench"),
-    ],
-)
-def test_time_peer_uses_graph_replay_where_asked(monkeypatch, decode, graph, graph_prefill, expected):
-    """``--cuda-graph`` covers decode cases, ``--cuda-graph-prefill`` prefill cases."""
-    monkeypatch.setattr(bm, "time_cuda_graph", lambda fn, cfg, device: 1.0)
+def _fake_clocks(monkeypatch, graph=lambda fn, cfg, device: 1.0):
+    monkeypatch.setattr(bm, "time_cuda_graph", graph)
     monkeypatch.setattr(bm, "time_do_bench", lambda fn, cfg: 2.0)
-    case = next(c for c in bm.load_cases(None)[0] if c.is_decode == decode)
-    cfg = bm.TimingConfig(cuda_graph=graph, cuda_graph_prefill=graph_prefill)
-    ms, method = bm.time_peer(bm.Prepared(fn=lambda: None), case, cfg, torch.device("cuda"))
-    assert (ms, method.split()[0]) == ((1.0, "CUDA") if expected == "graph" else (2.0, "triton"))
+    monkeypatch.setattr(bm, "synchronize", lambda device: None)
 
 
-def test_tuning_records_name_the_command_that_made_them():
-    """Sweep scripts record through the tuner's helpers; their records must name the script."""
-    from inkling_ops.tuning import command_line
+@pytest.mark.parametrize("decode", [True, False])
+def test_both_clocks_for_every_case(monkeypatch, decode):
+    """Prefill and decode alike get the eager (do_bench) and the graph-replay time."""
+    _fake_clocks(monkeypatch)
+    clocks = bm.time_clocks(bm.Prepared(fn=lambda: None), bm.TimingConfig(), torch.device("cuda"))
+    assert (clocks["eager_ms"], clocks["graph_ms"]) == (2.0, 1.0)
+    assert clocks["eager_timing"].startswith("triton do_bench") and clocks["graph_timing"].startswith("CUDA graph replay")
 
-    assert command_line(["/repo/inkling_ops/tuning.py", "--quick", "--out", "X"]) == "python3 -m inkling_ops.tuning --quick --out X"
-    assert command_line(["/root/repo/scripts/sweep_decode.py", "OUT.jsonl", "l2"]) == "python3 scripts/sweep_decode.py OUT.jsonl l2"
-    assert command_line(["other.py", "a"]) == "python3 other.py a"
+
+def test_a_peer_that_cannot_be_captured_says_so(monkeypatch):
+    _fake_clocks(monkeypatch)
+    prepared = bm.Prepared(fn=lambda: None, capturable=False, uncapturable_reason="reads metadata on the host")
+    clocks = bm.time_clocks(prepared, bm.TimingConfig(), torch.device("cuda"))
+    assert clocks["eager_ms"] == 2.0 and clocks["graph_ms"] is None
+    assert clocks["graph_timing"] == "not capturable: reads metadata on the host"
+
+    def broken(fn, cfg, device):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    _fake_clocks(monkeypatch, graph=broken)
+    clocks = bm.time_clocks(bm.Prepared(fn=lambda: None), bm.TimingConfig(), torch.device("cuda"))
+    assert clocks["eager_ms"] == 2.0 and clocks["graph_ms"] is None
+    assert clocks["graph_timing"].startswith("capture failed: RuntimeError: operation not permitted")
 
 
-def test_write_records_appends_or_replaces_json_lines(tmp_path):
-    import json
-
-    from inkling_ops.tuning import write_records
-
-    path = tmp_path / "sub" / "records.jsonl"
-    write_records(path, [{"a": 1}])
-    write_records(path, [{"b": 2}])
-    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"a": 1}, {"b": 2}]
-    write_records(path, [{"c": 3}], append=False)
-    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"c": 3}]
+def test_clocks_option_narrows_the_measurement(monkeypatch):
+    _fake_clocks(monkeypatch)
+    cfg = bm.timing_config(bm.build_parser().parse_args(["--clocks", "graph"]))
+    assert cfg.clocks == ("graph",)
+    clocks = bm.time_clocks(bm.Prepared(fn=lambda: None), cfg, torch.device("cuda"))
+    assert clocks["eager_ms"] is None and clocks["graph_ms"] == 1.0
+    assert bm.timing_config(bm.build_parser().parse_args([])).clocks == ("eager", "graph")
+    with pytest.raises(SystemExit):
+        bm.parse_clocks("eager,wall")
 
 
 def test_l2_flush_option_reaches_the_timing_config_and_the_method():
     """``--l2-flush read`` is carried into TimingConfig and named in the recorded method; an
     unknown kind is refused by the parser and by ``l2_flusher``."""
-    args = bm.build_parser().parse_args(["--l2-flush", "read", "--cuda-graph"])
+    args = bm.build_parser().parse_args(["--l2-flush", "read"])
     cfg = bm.timing_config(args)
     assert cfg.l2_flush == "read"
     assert bm.timing_config(bm.build_parser().parse_args([])).l2_flush == "zero"
@@ -330,6 +368,7 @@ def test_l2_flush_option_reaches_the_timing_config_and_the_method():
         bm.l2_flusher("clean", torch.device("cpu"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["zero", "read"])
 def test_l2_flusher_touches_the_whole_buffer(kind):
     flush = bm.l2_flusher(kind, torch.device("cpu"))
@@ -341,9 +380,69 @@ def test_l2_flusher_touches_the_whole_buffer(kind):
 
 
 def test_graph_method_names_a_read_flush(monkeypatch):
-    monkeypatch.setattr(bm, "time_cuda_graph", lambda fn, cfg, device: 1.0)
-    case = next(c for c in bm.load_cases(None)[0] if c.is_decode)
+    _fake_clocks(monkeypatch)
     for kind, expected in (("zero", "(L2 flushed)"), ("read", "(L2 flushed by read)")):
-        cfg = bm.TimingConfig(cuda_graph=True, l2_flush=kind)
-        _, method = bm.time_peer(bm.Prepared(fn=lambda: None), case, cfg, torch.device("cuda"))
-        assert method.endswith(expected)
+        cfg = bm.TimingConfig(l2_flush=kind)
+        clocks = bm.time_clocks(bm.Prepared(fn=lambda: None), cfg, torch.device("cuda"))
+        assert clocks["graph_timing"].endswith(expected)
+
+
+def test_fa4_peer_uses_the_vllm_score_mod_and_imports_no_cutlass():
+    """The fa4_scoremod peer's score_mod is the vLLM one; building the module needs no CuTe DSL."""
+    import inspect
+
+    source = inspect.getsource(bm.call_fa4)
+    assert "vllm_inkling_score_mod(case.rel_extent)" in source
+    assert not hasattr(bm, "fa4_rel_bias_score_mod")
+    body = inspect.getsource(bm.vllm_inkling_score_mod)
+    for step in ("d0 = distance[0]", "column = d0 if d0 >= 0 else 0", "column = column if column < rel_extent else rel_extent - 1",
+                 "bias = bias_table[row[0], h_idx[0], column]", "cutlass.Float32(bias) if d0 == column else cutlass.Float32(0.0)"):  # fmt: skip
+        assert step in body, step
+    assert "make_rmem_tensor" not in body and "cute.where" not in body
+
+
+# --- the host-overhead probe (meta/tools/host_overhead.py) ------------------------------------------
+
+
+def _load_host_overhead():
+    name = "inkling_lab_host_overhead"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _BENCHMARK.parents[1] / "tools" / "host_overhead.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_host_overhead_probe_leaves_the_dispatcher_as_it_was():
+    """The kernel-less measurement patches the chosen backend's ``run`` only inside its block:
+    the op writes nothing there, and afterwards the backend list and the method are unchanged."""
+    from inkling_ops import dispatch
+    from inkling_ops.testing import make_case
+
+    ho = _load_host_overhead()
+    names = dispatch.backend_names()
+    case = make_case([1, 1], [40, 9], num_heads=8, num_kv_heads=1, head_dim=32, rel_extent=16)
+    out = torch.zeros_like(case.q)
+    args = (case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q, case.rel_logits)
+    options = dict(max_seqlen_q=1, softmax_scale=case.softmax_scale, window_size=[-1, -1], out=out)
+    with torch.inference_mode():
+        with ho.backend_without_kernels(args, options) as name:
+            torch.ops.inkling.rel_attn_out.default(*args, **options)
+            assert not out.any()  # run() launched nothing
+            assert "run" in vars(dispatch.get_backend(name))  # the instance attribute shadows the method
+        assert dispatch.backend_names() == names and "run" not in vars(dispatch.get_backend(name))
+        torch.ops.inkling.rel_attn_out.default(*args, **options)
+    assert out.abs().sum() > 0  # the real backend runs again
+
+
+def test_host_overhead_record_has_the_old_fields_and_the_new(tmp_path, capsys):
+    ho = _load_host_overhead()
+    record = tmp_path / "host.jsonl"
+    assert ho.main(["--device", "cpu", "--calls", "2", "--record", str(record)]) == 0
+    (line,) = record.read_text().splitlines()
+    fields = json.loads(line)
+    for key in ("library_define_empty_us", "custom_op_empty_us", "rel_attn_out_null_backend_us", "rel_attn_out_default_backend_us",
+                "vllm_entry_point_us", "sdpa_us"):  # fmt: skip
+        assert fields[key] > 0, key
+    assert fields["command"].startswith("python meta/tools/host_overhead.py --device cpu")

@@ -1,14 +1,14 @@
-"""Benchmark of ``torch.ops.inkling.rel_attn`` against the peers of anchors.md.
+"""Benchmark of ``torch.ops.inkling.rel_attn`` against the peers of anchors.md (lab tool, not the product).
 
-Run on the GPU machine::
+Run from the repository root on the GPU machine::
 
-    python -m inkling_ops.benchmark [--out DIR] [--quick] [--cuda-graph] [--cases-filter decode]
+    python meta/bench/benchmark.py [--out DIR] [--quick] [--clocks eager,graph] [--cases-filter decode]
 
 and on a CPU machine, to exercise everything except the GPU-only peers::
 
-    python -m inkling_ops.benchmark --smoke --device cpu --out /tmp/bench
-    python -m inkling_ops.benchmark --dry-run
-    python -m inkling_ops.benchmark --plot meta/bench_records.jsonl --png meta/bench.png
+    python meta/bench/benchmark.py --smoke --device cpu --out /tmp/bench
+    python meta/bench/benchmark.py --dry-run
+    python meta/bench/benchmark.py --plot meta/bench/bench_records.jsonl --png meta/bench.png
 
 What one run does, per case (anchors.md / bench_cases.json) and page size:
 
@@ -17,25 +17,32 @@ What one run does, per case (anchors.md / bench_cases.json) and page size:
    cache's blocks (two spare blocks hold NaN), softmax_scale = 1/head_dim. The same dense K/V feed
    the paged caches (every page size) and the dense peers.
 2. Runs each peer: ``ours`` (``inkling_ops.rel_attn(..., out=preallocated)``), ``fa4_scoremod`` and
-   ``fa4_nobias`` (flash-attn-4's CuTe DSL paged varlen kernel, with / without the bias as a
-   ``score_mod``), ``flex`` (FlexAttention, compiled, bias as score_mod, dense K/V) and
-   ``sdpa_nobias`` (``F.scaled_dot_product_attention``, dense, no bias, global layers only). A peer
-   that cannot run says why (``unavailable`` / ``skipped``) instead of stopping the run.
+   ``fa4_nobias`` (flash-attn-4's CuTe DSL paged varlen kernel, with the bias as the score_mod vLLM
+   ships for Inkling on Hopper (:func:`vllm_inkling_score_mod`), and without bias), ``flex``
+   (FlexAttention, compiled, bias as score_mod, dense K/V) and ``sdpa_nobias``
+   (``F.scaled_dot_product_attention``, dense, no bias, global layers only). A peer that cannot run
+   says why (``unavailable`` / ``skipped``) instead of stopping the run.
 3. Checks each peer against a float64 dense reference on a few query rows of the first and last
    request (relative L2 error; above ``--tol`` (2e-2) the result is flagged but still timed).
-4. Times it: ``triton.testing.do_bench(..., return_mode="median")`` (L2 flushed before every
-   call) or, with ``--cuda-graph``, CUDA-graph replay for decode cases (L2 flushed before every
-   replay); ``--cuda-graph-prefill`` times prefill cases by replay too. do_bench launches each
-   call eagerly, so a case whose GPU time is near the peer's host launch cost (~100-200 us for
-   ours and flash-attn-4, more on a busy host) measures the host: the 8K sliding prefill did. Also records the first-call time (includes compiles) and the device memory one warm
-   call allocates beyond its inputs (``torch.cuda.max_memory_allocated`` delta).
+4. Times it on both clocks, every case and peer (``--clocks`` narrows it):
+
+   - ``eager``: ``triton.testing.do_bench(..., return_mode="median")``, L2 flushed before every
+     call, each call launched from the host, so launch cost is included: a case whose GPU time is
+     near the peer's host launch cost (~100-200 us for ours and flash-attn-4) measures the host;
+   - ``graph``: the median of CUDA-graph replays of one call, L2 flushed before each replay, after
+     ``--warmup-ms`` of untimed replays; the host is left out. A peer that cannot be captured (the
+     reference backend, a failed capture) says so in place of a time.
+
+   Also records the first-call time (includes compiles) and the device memory one warm call
+   allocates beyond its inputs (``torch.cuda.max_memory_allocated`` delta).
 5. Measures eager host overhead per call on a tiny decode (see :func:`measure_host_overhead`).
 
 Accounting, as anchors.md defines it: TFLOP/s counts ``4 * head_dim * Hq`` per visible
 (query, key) pair (causal, window-limited); GB/s counts the K+V bytes that must be read
 (window-limited on sliding layers) + q + out + rel_logits bytes, once, the same count for every peer
-of a case. Records go to ``meta/bench_records.jsonl`` (one JSON line per case, page size and peer)
-and, with ``--out DIR``, also to ``DIR``; the full log goes to ``meta/bench_last.log`` (and ``DIR``).
+of a case. Records go to ``meta/bench/bench_records.jsonl`` (one JSON line per case, page size and
+peer; fields in :func:`make_record`) and, with ``--out DIR``, also to ``DIR``; the full log goes to
+``meta/bench/bench_last.log`` (and ``DIR``).
 """
 
 from __future__ import annotations
@@ -61,14 +68,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+#: Root of the repository (this file is <root>/meta/bench/benchmark.py).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:  # run as ``python meta/bench/benchmark.py``: import this checkout's inkling_ops
+    sys.path.insert(0, str(REPO_ROOT))
 
-#: Root of the repository this module lives in (records and logs default to ``<root>/meta``).
-REPO_ROOT = Path(__file__).resolve().parents[1]
+import torch  # noqa: E402
+
 #: Where the shared case file lives next to the repo on the development machine (absent on the GPU).
 SHARED_CASES = REPO_ROOT.parent / "shared" / "bench_cases.json"
-DEFAULT_RECORDS = REPO_ROOT / "meta" / "bench_records.jsonl"
-DEFAULT_LOG = REPO_ROOT / "meta" / "bench_last.log"
+BENCH_DIR = Path(__file__).resolve().parent
+DEFAULT_RECORDS = BENCH_DIR / "bench_records.jsonl"
+DEFAULT_LOG = BENCH_DIR / "bench_last.log"
+#: How this tool is invoked (recorded in every record's ``command``).
+COMMAND = "python meta/bench/benchmark.py"
 
 #: Relative L2 error above which a result is flagged (vLLM's bf16 tolerance).
 DEFAULT_TOL = 2e-2
@@ -436,6 +449,8 @@ class Prepared:
     fn: Callable[[], torch.Tensor]
     to_packed: Callable[[torch.Tensor], torch.Tensor] = lambda out: out
     capturable: bool = True
+    #: why ``capturable`` is False (said in the graph column)
+    uncapturable_reason: str = ""
     backend: str | None = None
     note: str = ""
 
@@ -474,8 +489,8 @@ class OursPeer(Peer):
 
     def resolve(self, inputs: CaseInputs, paged: PagedInputs, out: torch.Tensor) -> tuple[str, int]:
         """The backend and split count the dispatcher picks for this call (host-only planning)."""
-        from . import dispatch
-        from .validation import check_call
+        from inkling_ops import dispatch
+        from inkling_ops.validation import check_call
 
         case = inputs.case
         problem = check_call(
@@ -490,7 +505,7 @@ class OursPeer(Peer):
         return backend.name, splits
 
     def prepare(self, inputs, paged, dense):
-        from .api import rel_attn
+        from inkling_ops.api import rel_attn
 
         case = inputs.case
         out = torch.empty_like(inputs.q)
@@ -517,51 +532,59 @@ class OursPeer(Peer):
             return rel_attn(inputs.q, paged.key_cache, paged.value_cache, **kwargs)
 
         # The reference backend reads metadata on the host: it cannot be captured in a CUDA graph.
-        return Prepared(fn, capturable=backend != "reference", backend=backend, note=f"backend={backend} splits={splits}")
+        return Prepared(
+            fn, capturable=backend != "reference", uncapturable_reason="the reference backend reads metadata on the host",
+            backend=backend, note=f"backend={backend} splits={splits}",
+        )  # fmt: skip
 
 
 # --- flash-attn-4 ---------------------------------------------------------------------------
 
-_FA4_SCORE_MODS: dict[int, Callable] = {}
+_VLLM_SCORE_MODS: dict[int, Callable] = {}
 
 
-def fa4_rel_bias_score_mod(rel_extent: int) -> Callable:
-    """Our CuTe DSL ``score_mod`` adding the Inkling bias, for flash-attn-4 with ``aux_tensors=[rel_logits]``.
+def vllm_inkling_score_mod(rel_extent: int) -> Callable:
+    """The flash-attn-4 ``score_mod`` of the ``fa4_scoremod`` peer: the Inkling bias, computed as vLLM does it.
 
-    flash-attn-4 (4.0.0b36) calls it as ``score_mod(scores, b_idx, h_idx, q_idx=, kv_idx=,
-    seqlen_info=, aux_tensors=)`` with one-element TensorSSA vectors (vector size 1 when aux
-    tensors are given), ``scores`` already multiplied by softmax_scale, ``q_idx`` / ``kv_idx``
-    request-local (and, for loads, wrapped modulo seqlen_q / seqlen_k, so padded tile rows stay
-    in range), and ``seqlen_info`` a ``SeqlenInfoQK`` with ``offset_q``, ``seqlen_q``, ``seqlen_k``.
-    The query's absolute position is ``q_idx + seqlen_k - seqlen_q``; the packed row of
-    rel_logits is ``offset_q + q_idx``; the bias is ``rel_logits[row, h, d]`` for ``0 <= d < E``
-    and 0 otherwise, loaded at a clamped index. One function per E (E is a compile-time constant;
-    flash-attn-4 keys its compile cache on the function's source and captured values).
+    This is the peer's definition, so it mirrors, operation for operation, the score_mod that vLLM
+    ships for Inkling on Hopper (``vllm/models/inkling/nvidia/ops/fa4_rel_attention.py``,
+    ``_get_score_mod``): the distance and the packed query row as one-element vectors, the
+    distance's scalar clamped into ``[0, E - 1]`` by two scalar conditional expressions (the DSL
+    turns them into selects), one load of ``rel_logits[row, h, index]`` converted to float32, kept
+    when the clamp left the distance unchanged and 0 otherwise, added to the scores. Until
+    2026-12-01 this peer used a home-made score_mod (vector ``where``s through register tensors)
+    that was 27-38% slower than vLLM's; timing against a slower score_mod than the one users run
+    inflates our ratios (meta/BENCHMARKS.md, "Correction").
+
+    flash-attn-4 calls it as ``score_mod(scores, b_idx, h_idx, q_idx=, kv_idx=, seqlen_info=,
+    aux_tensors=)`` with one-element TensorSSA vectors, ``scores`` already multiplied by
+    softmax_scale, ``q_idx`` / ``kv_idx`` request-local and ``seqlen_info`` a ``SeqlenInfoQK``
+    (``offset_q``, ``seqlen_q``, ``seqlen_k``); ``aux_tensors=[rel_logits]``, (T, Hq, E).
+
+    Equivalent PyTorch, per score: ``d = q_idx + seqlen_k - seqlen_q - kv_idx;
+    scores + (rel_logits[offset_q + q_idx, h, d] if 0 <= d < E else 0)``.
+
+    One function object per ``rel_extent`` (cached: E is a compile-time constant, and flash-attn-4
+    keys its compile cache on the function). Imports the CuTe DSL only when called.
     """
-    if rel_extent in _FA4_SCORE_MODS:
-        return _FA4_SCORE_MODS[rel_extent]
+    if rel_extent in _VLLM_SCORE_MODS:
+        return _VLLM_SCORE_MODS[rel_extent]
     import cutlass
     import cutlass.cute as cute
 
     @cute.jit
     def inkling_rel_bias(scores, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
-        rel_logits = aux_tensors[0]
-        distance = q_idx + (seqlen_info.seqlen_k - seqlen_info.seqlen_q) - kv_idx
-        in_band = (distance >= 0) & (distance < rel_extent)
-        column = cute.where(in_band, distance, cute.full_like(distance, 0))
-        row = q_idx + seqlen_info.offset_q
-        # Indexing a tensor takes scalars: move each one-element vector through registers.
-        row_r = cute.make_rmem_tensor(1, cutlass.Int32)
-        row_r.store(row)
-        head_r = cute.make_rmem_tensor(1, cutlass.Int32)
-        head_r.store(h_idx)
-        col_r = cute.make_rmem_tensor(1, cutlass.Int32)
-        col_r.store(column)
-        bias_r = cute.make_rmem_tensor(1, cutlass.Float32)
-        bias_r[0] = rel_logits[row_r[0], head_r[0], col_r[0]].to(cutlass.Float32)
-        return scores + cute.where(in_band, bias_r.load(), cute.full_like(scores, 0.0))
+        bias_table = aux_tensors[0]
+        distance = (q_idx + (seqlen_info.seqlen_k - seqlen_info.seqlen_q)) - kv_idx
+        row = seqlen_info.offset_q + q_idx
+        d0 = distance[0]
+        column = d0 if d0 >= 0 else 0
+        column = column if column < rel_extent else rel_extent - 1
+        bias = bias_table[row[0], h_idx[0], column]
+        bias = cutlass.Float32(bias) if d0 == column else cutlass.Float32(0.0)
+        return scores + bias
 
-    _FA4_SCORE_MODS[rel_extent] = inkling_rel_bias
+    _VLLM_SCORE_MODS[rel_extent] = inkling_rel_bias
     return inkling_rel_bias
 
 
@@ -599,14 +622,14 @@ def call_fa4(
         causal=True,
         window_size=(case.window_left, 0) if case.is_local else (None, None),
         num_splits=1,
-        score_mod=fa4_rel_bias_score_mod(case.rel_extent) if biased else None,
+        score_mod=vllm_inkling_score_mod(case.rel_extent) if biased else None,
         aux_tensors=[rel_logits] if biased else None,
     )
     return out
 
 
 class Fa4Peer(Peer):
-    """flash-attn-4's CuTe DSL kernel, paged varlen, ``num_splits=1``; the bias as our ``score_mod``."""
+    """flash-attn-4's CuTe DSL kernel, paged varlen, ``num_splits=1``; the bias as vLLM's ``score_mod``."""
 
     dense = False
 
@@ -788,22 +811,27 @@ def make_peers(names: Sequence[str], backends: Sequence[str | None], reference_m
 # ---------------------------------------------------------------------------------------------
 
 
+#: The two clocks every table gives: eager calls timed by do_bench (host launches included) and
+#: CUDA-graph replay (device time only).
+CLOCKS = ("eager", "graph")
+
+
 @dataclass(frozen=True)
 class TimingConfig:
-    """How to time: do_bench's warmup/rep (ms), CUDA-graph replays, CPU repetitions."""
+    """How to time: do_bench's warmup/rep (ms), CUDA-graph replays, CPU repetitions, which clocks."""
 
     warmup_ms: int = 25
     rep_ms: int = 100
     graph_reps: int = 100
     cpu_reps: int = 5
-    cuda_graph: bool = False
-    cuda_graph_prefill: bool = False
     host_calls: int = 500
     #: how CUDA-graph replays flush the L2 before each timed replay: "zero" writes a 256 MB buffer
     #: (as ``do_bench`` does; it leaves the L2 full of dirty lines, so a short memory-bound kernel
     #: also pays for writing up to its own read volume back to DRAM), "read" reads it (clean lines).
-    #: do_bench-timed cases always zero.
+    #: do_bench (the eager clock) always zeroes.
     l2_flush: str = "zero"
+    #: the clocks measured (a subset of :data:`CLOCKS`; both by default)
+    clocks: tuple[str, ...] = CLOCKS
 
 
 def synchronize(device: torch.device) -> None:
@@ -900,21 +928,50 @@ def time_cpu(fn: Callable, cfg: TimingConfig) -> float:
     return statistics.median(times)
 
 
-def time_peer(prepared: Prepared, case: BenchCase, cfg: TimingConfig, device: torch.device) -> tuple[float, str]:
-    """Median ms and a description of the method used."""
+def time_clocks(prepared: Prepared, cfg: TimingConfig, device: torch.device) -> dict:
+    """Both clocks of one prepared peer: ``{eager,graph}_ms`` (None where not measured) and ``{eager,graph}_timing``.
+
+    ``*_timing`` names the method, or says why there is no time: ``n/a (cpu)`` for the graph
+    clock on CPU, ``not capturable: ...`` for a peer that synchronizes with the host, ``capture
+    failed: ...``, ``not measured (--clocks)``.
+    """
+    result: dict = {}
+    for clock in CLOCKS:
+        result[f"{clock}_ms"], result[f"{clock}_timing"] = None, "not measured (--clocks)"
     if device.type != "cuda":
-        return time_cpu(prepared.fn, cfg), f"cpu wall clock, median of {cfg.cpu_reps}"
-    do_bench_method = f"triton do_bench median (L2 flushed), warmup={cfg.warmup_ms}ms rep={cfg.rep_ms}ms"
-    if (cfg.cuda_graph and case.is_decode) or (cfg.cuda_graph_prefill and not case.is_decode):
+        if "eager" in cfg.clocks:
+            result["eager_ms"], result["eager_timing"] = time_cpu(prepared.fn, cfg), f"cpu wall clock, median of {cfg.cpu_reps}"
+        result["graph_timing"] = "n/a (cpu)"
+        return result
+    if "eager" in cfg.clocks:
+        result["eager_ms"] = time_do_bench(prepared.fn, cfg)
+        result["eager_timing"] = f"triton do_bench median (L2 flushed), warmup={cfg.warmup_ms}ms rep={cfg.rep_ms}ms"
+    if "graph" in cfg.clocks:
         if not prepared.capturable:
-            return time_do_bench(prepared.fn, cfg), do_bench_method + " (not capturable: host-synchronizing backend)"
+            result["graph_timing"] = f"not capturable: {prepared.uncapturable_reason or 'host-synchronizing peer'}"
+            return result
         try:
+            result["graph_ms"] = time_cuda_graph(prepared.fn, cfg, device)
             flushed = "L2 flushed" if cfg.l2_flush == "zero" else f"L2 flushed by {cfg.l2_flush}"
-            return time_cuda_graph(prepared.fn, cfg, device), f"CUDA graph replay median of {cfg.graph_reps} after {cfg.warmup_ms} ms of warmup replays ({flushed})"
+            result["graph_timing"] = f"CUDA graph replay median of {cfg.graph_reps} after {cfg.warmup_ms} ms of warmup replays ({flushed})"
         except RuntimeError as exc:
-            torch.cuda.synchronize(device)  # raises again if the context is broken: the run stops there
-            return time_do_bench(prepared.fn, cfg), do_bench_method + f" (graph capture failed: {first_line(exc)})"
-    return time_do_bench(prepared.fn, cfg), do_bench_method
+            synchronize(device)  # raises again if the context is broken: the run stops there
+            result["graph_timing"] = f"capture failed: {first_line(exc)}"
+    return result
+
+
+def clock_ms(record: dict, clock: str) -> float | None:
+    """A record's time on ``clock`` ("eager" or "graph"), for new and old records alike.
+
+    Records since issue 15 carry ``eager_ms`` and ``graph_ms``. Older ones carry one time,
+    ``median_ms``, on the clock their ``timing`` names: CUDA-graph replay when it starts with
+    "CUDA graph", else eager (do_bench, or the CPU wall clock).
+    """
+    if "eager_ms" in record or "graph_ms" in record:
+        return record.get(f"{clock}_ms")
+    ms = record.get("median_ms")
+    old_clock = "graph" if str(record.get("timing") or "").startswith("CUDA graph") else "eager"
+    return ms if clock == old_clock else None
 
 
 def measure_memory_mb(fn: Callable, device: torch.device) -> float | None:
@@ -1028,22 +1085,32 @@ def environment(device: torch.device, git_sha: str | None, argv: Sequence[str]) 
 
 
 def make_record(env: dict, case: BenchCase, page_size: int, peer: str, **fields) -> dict:
-    """One JSON record: environment, case, page size, peer, then the measurement fields."""
+    """One JSON record: environment, case, page size, peer, then the measurement fields.
+
+    Per clock (``eager``: do_bench, launches included; ``graph``: CUDA-graph replay):
+    ``{clock}_ms``, ``{clock}_tflops``, ``{clock}_gbps`` (None where that clock has no time) and
+    ``{clock}_timing`` (the method, or why there is no time). Records before issue 15 had one
+    ``median_ms`` / ``tflops`` / ``gbps`` / ``timing`` instead (:func:`clock_ms` reads both).
+    """
     record = dict(env)
     record.update(case=case.name, case_spec=case.spec(), page_size=page_size, peer=peer)
     record.update(
         status=fields.pop("status", "ok"),
         reason=fields.pop("reason", None),
-        median_ms=None,
-        tflops=None,
-        gbps=None,
+        eager_ms=None,
+        eager_tflops=None,
+        eager_gbps=None,
+        eager_timing=None,
+        graph_ms=None,
+        graph_tflops=None,
+        graph_gbps=None,
+        graph_timing=None,
         rel_err=None,
         err_flag=None,
         mem_mb=None,
         first_call_s=None,
         flops=flop_count(case),
         bytes=byte_count(case),
-        timing=None,
         backend=None,
         note="",
     )
@@ -1097,33 +1164,41 @@ def run_peer(peer: Peer, inputs: CaseInputs, paged: PagedInputs | None, dense: D
         stage = "memory"
         mem = measure_memory_mb(prepared.fn, device)
         stage = "timing"
-        ms, method = time_peer(prepared, case, cfg, device)
+        clocks = time_clocks(prepared, cfg, device)
     except Unavailable as exc:
         return make_record(env, case, page_size, peer.name, status=exc.status, reason=str(exc))
     except Exception as exc:
         log.detail(f"{case.name} page {page_size} {peer.name}: failed at {stage}:\n{traceback.format_exc()}")
         synchronize(device)  # a broken CUDA context raises here and ends the run
         return make_record(env, case, page_size, peer.name, status="error", reason=f"{stage}: {first_line(exc)}")
+    for clock in CLOCKS:
+        ms = clocks[f"{clock}_ms"]
+        clocks[f"{clock}_tflops"] = None if ms is None else tflops(case, ms)
+        clocks[f"{clock}_gbps"] = None if ms is None else gbps(case, ms)
     flagged = not (err <= tol)  # NaN is flagged too
     return make_record(
         env, case, page_size, peer.name,
-        median_ms=ms, tflops=tflops(case, ms), gbps=gbps(case, ms), rel_err=err, err_flag=flagged, mem_mb=mem,
-        first_call_s=first_s, timing=method, backend=prepared.backend,
+        **clocks, rel_err=err, err_flag=flagged, mem_mb=mem, first_call_s=first_s, backend=prepared.backend,
         note=("; ".join(x for x in (prepared.note, "checked against the biased reference" if peer.biased else "checked against the unbiased reference") if x)),
     )  # fmt: skip
 
 
 def describe(record: dict) -> str:
-    """One log line for a record."""
+    """One log line for a record: both clocks, then the checks."""
     head = f"  {record['case']:<22} p{record['page_size']:<4} {record['peer']:<18}"
     if record["status"] != "ok":
         return f"{head} {record['status']}: {record['reason']}"
+    case = BenchCase(**record["case_spec"])
+    parts = []
+    for clock in CLOCKS:
+        ms = clock_ms(record, clock)
+        if ms is None:
+            parts.append(f"{clock} {record.get(f'{clock}_timing') or '-'}")
+        else:
+            parts.append(f"{clock} {_num(ms, 4)} ms {_num(tflops(case, ms))} TFLOP/s {_num(gbps(case, ms))} GB/s")
     mem = "" if record["mem_mb"] is None else f" mem {record['mem_mb']:.1f} MB"
     flag = "  ** rel_err above tolerance **" if record["err_flag"] else ""
-    return (
-        f"{head} {_num(record['median_ms'], 4)} ms  {_num(record['tflops'])} TFLOP/s  {_num(record['gbps'])} GB/s  "
-        f"rel_err {record['rel_err']:.2e}  first call {record['first_call_s']:.2f} s{mem}  [{record['note']}]{flag}"
-    )
+    return f"{head} {' | '.join(parts)}  rel_err {record['rel_err']:.2e}  first call {record['first_call_s']:.2f} s{mem}  [{record['note']}]{flag}"
 
 
 def run_case(case: BenchCase, page_sizes: Sequence[int], peers: Sequence[Peer], device: torch.device, dtype: torch.dtype, seed: int, env: dict, cfg: TimingConfig, tol: float, log: Log, sink: RecordSink, on_step: Callable[[str], None] = lambda label: None) -> None:
@@ -1233,7 +1308,12 @@ def _prepare_if_available(peer: Peer, inputs: CaseInputs, paged: PagedInputs, de
 
 
 def format_table(records: Sequence[dict]) -> str:
-    """Case x peer: ms, headline metric (TFLOP/s or GB/s) and ours' speed relative to the peer."""
+    """Case x peer x clock: ms, headline metric (TFLOP/s or GB/s) and the peer's time over ours, per clock.
+
+    Every peer has an ``eager`` column (do_bench, host launches included) and a ``graph`` column
+    (CUDA-graph replay) side by side; the ratio in each compares the two times on that clock.
+    Reads old single-clock records too (:func:`clock_ms`); their other clock shows ``-``.
+    """
     timed = [r for r in records if r["case"] != HOST_CASE]
     if not timed:
         return "(no benchmark records)"
@@ -1241,38 +1321,50 @@ def format_table(records: Sequence[dict]) -> str:
     baseline = next((p for p in peers if p.startswith("ours")), None)
     rows = list(dict.fromkeys((r["case"], r["page_size"]) for r in timed))
     by_key = {(r["case"], r["page_size"], r["peer"]): r for r in timed}
+    columns = [(p, clock) for p in peers for clock in CLOCKS]
     table = []
     for case_name, page in rows:
         base = by_key.get((case_name, page, baseline)) if baseline else None
-        base_ms = base["median_ms"] if base and base["status"] == "ok" else None
-        table.append((case_name, page, [_cell(by_key.get((case_name, page, p)), base_ms) for p in peers]))
+        base_ms = {clock: clock_ms(base, clock) if base and base["status"] == "ok" else None for clock in CLOCKS}
+        cells = [_cell(by_key.get((case_name, page, p)), clock, base_ms[clock]) for p, clock in columns]
+        table.append((case_name, page, cells))
+    names = [f"{p} {clock}" for p, clock in columns]
     name_w = max(len("case"), *(len(c) for c, _, _ in table))
-    widths = [max(len(p), *(len(cells[k]) for _, _, cells in table)) for k, p in enumerate(peers)]
-    header = f"{'case':<{name_w}} {'page':>4} | " + " | ".join(f"{p:<{w}}" for p, w in zip(peers, widths, strict=True))
+    widths = [max(len(n), *(len(cells[k]) for _, _, cells in table)) for k, n in enumerate(names)]
+    header = f"{'case':<{name_w}} {'page':>4} | " + " | ".join(f"{n:<{w}}" for n, w in zip(names, widths, strict=True))
     lines = [
         "cell: median ms, TFLOP/s (T, prefill) or GB/s (G, decode), and x = peer time / "
-        f"{baseline or 'ours'} time (>1: ours faster); ! = rel_err above tolerance",
+        f"{baseline or 'ours'} time on the same clock (>1: ours faster); ! = rel_err above tolerance",
+        "clocks: eager = triton do_bench of eager calls (host launches included), graph = CUDA-graph replay (device only)",
         header,
         "-" * len(header),
     ]
     for case_name, page, cells in table:
-        lines.append(f"{case_name:<{name_w}} {page:>4} | " + " | ".join(f"{c:<{w}}" for c, w in zip(cells, widths, strict=True)))
+        lines.append((f"{case_name:<{name_w}} {page:>4} | " + " | ".join(f"{c:<{w}}" for c, w in zip(cells, widths, strict=True))).rstrip())
     host = [r for r in records if r["case"] == HOST_CASE and r["status"] == "ok"]
     if host:
         lines.append("eager host overhead per call (tiny decode): " + ", ".join(f"{r['peer']} {r['host_us_per_call']:.1f} us" for r in host))
     return "\n".join(lines)
 
 
-def _cell(record: dict | None, base_ms: float | None) -> str:
+def _cell(record: dict | None, clock: str, base_ms: float | None) -> str:
+    """One table cell: a record's time on ``clock``, or why it has none."""
     if record is None:
         return "-"
     if record["status"] != "ok":
         return {"unavailable": "n/a", "skipped": "skip", "error": "ERROR"}.get(record["status"], record["status"])
+    ms = clock_ms(record, clock)
+    if ms is None:
+        why = str(record.get(f"{clock}_timing") or "")
+        for short in ("n/a (cpu)", "not capturable", "capture failed", "not measured"):
+            if why.startswith(short):
+                return short
+        return "-"
     decode = record["case_spec"]["q_len"] <= DECODE_MAX_Q
-    metric = f"{_num(record['gbps'])}G" if decode else f"{_num(record['tflops'])}T"
-    ratio = f" {record['median_ms'] / base_ms:.2f}x" if base_ms else ""
+    metric = f"{_num(record['bytes'] / (ms * 1e6))}G" if decode else f"{_num(record['flops'] / (ms * 1e9))}T"
+    ratio = f" {ms / base_ms:.2f}x" if base_ms else ""
     flag = "!" if record["err_flag"] else ""
-    return f"{_num(record['median_ms'], 4)}ms {metric}{ratio}{flag}"
+    return f"{_num(ms, 4)}ms {metric}{ratio}{flag}"
 
 
 def _num(x: float, digits: int = 3) -> str:
@@ -1294,7 +1386,7 @@ def latest_run(records: Sequence[dict]) -> list[dict]:
 
 
 def plot_records(jsonl: Path, png: Path) -> int:
-    """Bars of median time per case (and page size) for each peer, log scale, from the latest run."""
+    """Bars of median time per case (and page size) for each peer, log scale, from the latest run: one panel per clock."""
     try:
         import matplotlib
 
@@ -1308,31 +1400,37 @@ def plot_records(jsonl: Path, png: Path) -> int:
     except (OSError, json.JSONDecodeError) as exc:
         print(f"--plot {jsonl}: cannot read JSON lines: {exc}")
         return 1
-    run = [r for r in latest_run(records) if r.get("status") == "ok" and r.get("median_ms") and r.get("case") != HOST_CASE]
-    if not run:
+    run = [r for r in latest_run(records) if r.get("status") == "ok" and r.get("case") != HOST_CASE]
+    clocks = [c for c in CLOCKS if any(clock_ms(r, c) for r in run)]
+    if not clocks:
         print(f"--plot {jsonl}: the latest run has no timed records")
         return 1
     groups = list(dict.fromkeys((r["case"], r["page_size"]) for r in run))
     peers = list(dict.fromkeys(r["peer"] for r in run))
-    ms = {(r["case"], r["page_size"], r["peer"]): r["median_ms"] for r in run}
     width = 0.8 / len(peers)
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(groups)), 5))
-    for k, peer in enumerate(peers):
-        xs = [i + (k - (len(peers) - 1) / 2) * width for i, g in enumerate(groups) if (*g, peer) in ms]
-        ys = [ms[(*g, peer)] for g in groups if (*g, peer) in ms]
-        ax.bar(xs, ys, width=width, label=peer)
-    ax.set_yscale("log")
-    ax.set_ylabel("median time (ms, log scale)")
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([f"{c}\npage {p}" for c, p in groups], rotation=45, ha="right", fontsize=8)
+    fig, axes = plt.subplots(len(clocks), 1, figsize=(max(8, 1.1 * len(groups)), 4.5 * len(clocks)), squeeze=False)
+    for ax, clock in zip(axes[:, 0], clocks, strict=True):
+        ms = {(r["case"], r["page_size"], r["peer"]): clock_ms(r, clock) for r in run if clock_ms(r, clock)}
+        for k, peer in enumerate(peers):
+            xs = [i + (k - (len(peers) - 1) / 2) * width for i, g in enumerate(groups) if (*g, peer) in ms]
+            ys = [ms[(*g, peer)] for g in groups if (*g, peer) in ms]
+            ax.bar(xs, ys, width=width, label=peer)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"{clock}: median ms (log)")
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"{c}\npage {p}" for c, p in groups], rotation=45, ha="right", fontsize=8)
+        ax.legend(fontsize=8)
     first = run[0]
-    ax.set_title(f"rel_attn vs peers on {first.get('gpu')} ({first.get('timestamp')}, {str(first.get('git_sha'))[:10]})", fontsize=9)
-    ax.legend(fontsize=8)
+    axes[0, 0].set_title(
+        f"rel_attn vs peers on {first.get('gpu')} ({first.get('timestamp')}, {str(first.get('git_sha'))[:10]}); "
+        "eager = do_bench (launches included), graph = CUDA-graph replay",
+        fontsize=9,
+    )
     fig.tight_layout()
     Path(png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=120)
     plt.close(fig)
-    print(f"wrote {png} ({len(groups)} case/page groups, {len(peers)} peers)")
+    print(f"wrote {png} ({len(groups)} case/page groups, {len(peers)} peers, clocks {', '.join(clocks)})")
     return 0
 
 
@@ -1410,8 +1508,15 @@ def parse_int_list(text: str, what: str) -> list[int]:
     return values
 
 
+def parse_clocks(text: str) -> tuple[str, ...]:
+    clocks = tuple(dict.fromkeys(c.strip() for c in text.split(",") if c.strip()))
+    if not clocks or any(c not in CLOCKS for c in clocks):
+        raise SystemExit(f"--clocks is {text!r}; expected a comma-separated subset of {','.join(CLOCKS)}")
+    return clocks
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m inkling_ops.benchmark", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", metavar="PATH", help="JSON case file (default: ../shared/bench_cases.json if present, else the embedded 7 cases)")
     p.add_argument("--cases-filter", metavar="SUBSTR[,SUBSTR]", help="run only cases whose name contains one of these substrings")
     p.add_argument("--page-sizes", default="16,128", help="comma-separated page sizes (default 16,128)")
@@ -1425,8 +1530,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="fewer repetitions (do_bench warmup 5 ms, rep 25 ms; 20 graph replays)")
     p.add_argument("--warmup-ms", type=int, default=None, help="do_bench warmup (default 25, --quick 5)")
     p.add_argument("--rep-ms", type=int, default=None, help="do_bench rep (default 100, --quick 25)")
-    p.add_argument("--cuda-graph", action="store_true", help="time decode cases by CUDA-graph replay")
-    p.add_argument("--cuda-graph-prefill", action="store_true", help="time prefill cases by CUDA-graph replay too (no host launch cost in short prefills)")
+    p.add_argument("--clocks", default=",".join(CLOCKS), help="comma-separated clocks to measure for every case and peer: eager (do_bench, launches included), graph (CUDA-graph replay); default both")
     p.add_argument("--l2-flush", default="zero", choices=L2_FLUSHES, help="how CUDA-graph replays flush the L2: zero (default; a 256 MB zero_, as do_bench, leaving dirty lines) or read (a read of it, leaving clean lines)")
     p.add_argument("--flex-mode", default="auto", choices=("auto", "compile", "eager"), help="FlexAttention compiled or eager (auto: compiled on CUDA)")
     p.add_argument("--no-host-overhead", action="store_true", help="skip the eager host-overhead measurement")
@@ -1477,10 +1581,9 @@ def timing_config(args: argparse.Namespace) -> TimingConfig:
         rep_ms=args.rep_ms if args.rep_ms is not None else (25 if quick else 100),
         graph_reps=20 if quick else 100,
         cpu_reps=2 if args.smoke else 5,
-        cuda_graph=args.cuda_graph,
-        cuda_graph_prefill=args.cuda_graph_prefill,
         host_calls=100 if quick else 500,
         l2_flush=args.l2_flush,
+        clocks=parse_clocks(args.clocks),
     )
 
 
@@ -1522,7 +1625,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = resolve_device(args.device)
     record_paths, log_paths = output_paths(args)
     log = Log([] if args.dry_run else log_paths)
-    cmd_argv = ["python", "-m", "inkling_ops.benchmark", *(sys.argv[1:] if argv is None else argv)]
+    cmd_argv = [*COMMAND.split(), *(sys.argv[1:] if argv is None else argv)]
     dtype = DTYPES[args.dtype]
     env = environment(device, args.git_sha, cmd_argv)
     env.update(cases_source=source, dtype=args.dtype, smoke=args.smoke)

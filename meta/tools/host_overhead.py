@@ -1,0 +1,195 @@
+"""Measure the eager host overhead of calling rel_attn (lab tool, not the product).
+
+    python meta/tools/host_overhead.py [--device cpu|cuda] [--record meta/host_overhead.jsonl]
+
+Each figure is the median over repeated batches of back-to-back calls (host wall time per call;
+on CUDA without synchronizing inside a batch, on a problem small enough that the GPU never holds
+the host back), all on one tiny decode in one process:
+
+1. registration style alone: an op with our schema and an empty implementation, declared with
+   ``Library.define`` + ``impl`` (what inkling_ops uses) versus the ``custom_op`` decorator, in a
+   probe namespace of their own;
+2. ``torch.ops.inkling.rel_attn_out`` with the chosen backend's ``run`` replaced by a no-op for
+   the duration of that measurement only (``unittest.mock.patch.object`` on the backend
+   instance, restored on exit; the dispatcher's backend list is never changed): the cost of our
+   registration, validation and dispatch (recorded as ``rel_attn_out_null_backend_us``);
+3. ``rel_attn_out`` on the default backend (on CUDA: the Triton kernels);
+4. the vLLM-compatible entry point ``inkling_ops.inkling_fa4_rel_attention`` on the same call;
+5. ``F.scaled_dot_product_attention`` on the same decode (dense K/V, no bias), for scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+#: Root of the repository (this file is <root>/meta/tools/host_overhead.py).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:  # run as ``python meta/tools/host_overhead.py``: import this checkout's inkling_ops
+    sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+
+import inkling_ops  # noqa: E402
+from inkling_ops import dispatch  # noqa: E402
+from inkling_ops.testing import make_case  # noqa: E402
+from inkling_ops.validation import check_call  # noqa: E402
+
+DEFAULT_RECORD = REPO_ROOT / "meta" / "host_overhead.jsonl"
+COMMAND = "python meta/tools/host_overhead.py"
+
+_PROBE_SCHEMA = (
+    "probe(Tensor q, Tensor k, Tensor v, Tensor bt, Tensor sl, Tensor cu, Tensor rel, *, SymInt max_seqlen_q, "
+    "float softmax_scale, int[2] window_size=[-1, -1], bool causal=True, int num_splits=0, str? backend=None, "
+    "Tensor(a!) out) -> ()"
+)
+
+
+def _benchmark_module():
+    """meta/bench/benchmark.py (for ``git_state``), loaded by path: meta/ is not a package."""
+    name = "inkling_lab_benchmark"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "meta" / "bench" / "benchmark.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@contextlib.contextmanager
+def backend_without_kernels(args: tuple, options: dict):
+    """The backend the dispatcher picks for this call, its ``run`` a no-op inside the block.
+
+    Patches the attribute on that backend instance (``mock.patch.object``), which restores the
+    method on exit; the dispatcher's list of backends is left as it is. Yields the backend's name.
+    """
+    problem = check_call(*args, options["max_seqlen_q"], options["softmax_scale"], options["window_size"], True, 0, options["out"])
+    backend, _splits, _key = dispatch.plan(problem, args[0].device, None)
+    with mock.patch.object(backend, "run", lambda *a, **k: None):
+        yield backend.name
+
+
+def _per_call_us(fn, calls: int = 2000, batches: int = 7, device: str = "cpu") -> float:
+    for _ in range(min(200, calls)):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    samples = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def _registration_probes(args, options):
+    from torch.library import Library, custom_op
+
+    lib = Library("inkling_overhead_probe", "DEF")
+    lib.define(_PROBE_SCHEMA)
+
+    def empty(*a, **k):
+        return None
+
+    for key in ("CPU", "CUDA"):
+        lib.impl("probe", empty, key)
+
+    @custom_op("inkling_overhead_probe::probe_custom_op", mutates_args=("out",))
+    def probe_custom_op(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bt: torch.Tensor, sl: torch.Tensor, cu: torch.Tensor,
+        rel: torch.Tensor, max_seqlen_q: int, softmax_scale: float, window_size: list[int], causal: bool,
+        num_splits: int, backend: str | None, out: torch.Tensor,
+    ) -> None:  # fmt: skip
+        return None
+
+    define = lambda: torch.ops.inkling_overhead_probe.probe.default(*args, **options)  # noqa: E731
+    decorated = lambda: probe_custom_op(  # noqa: E731
+        *args, options["max_seqlen_q"], options["softmax_scale"], options["window_size"], True, 0, None, options["out"]
+    )
+    return define, decorated, lib
+
+
+def measure(device: str, calls: int = 2000) -> dict:
+    """The figures of the module docstring on ``device``; ``calls`` per batch (15% of it for the calls that run kernels)."""
+    case = make_case([1] * 4, [64] * 4, num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=64,
+                     dtype=torch.bfloat16 if device == "cuda" else torch.float32, device=device)  # fmt: skip
+    out = torch.empty_like(case.q)
+    args = (case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+            case.rel_logits)  # fmt: skip
+    options = dict(max_seqlen_q=1, softmax_scale=case.softmax_scale, window_size=[-1, -1], out=out)
+    define, decorated, _lib = _registration_probes(args, options)
+    op = torch.ops.inkling.rel_attn_out.default
+    vllm_kwargs = dict(
+        block_table=case.block_table, cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q,
+        max_seqlen_q=1, softmax_scale=case.softmax_scale, causal=True, window_size=(-1, -1),
+        rel_extent=case.rel_logits.shape[-1], rel_logits=case.rel_logits, out=out,
+    )  # fmt: skip
+    # SDPA on the same decode: 4 requests of one query over their 64 keys, dense, no bias.
+    num_reqs, hkv, d = case.cache_seqlens.numel(), case.key_cache.shape[2], case.q.shape[-1]
+    q_dense = case.q[:num_reqs].unsqueeze(2)  # (B, Hq, 1, D)
+    k_dense = torch.randn(num_reqs, hkv, 64, d, dtype=case.q.dtype, device=device)
+    v_dense = torch.randn_like(k_dense)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    heavy = max(1, calls * 3 // 20)
+    with torch.inference_mode():
+        results = {
+            "library_define_empty_us": _per_call_us(define, calls=calls, device=device),
+            "custom_op_empty_us": _per_call_us(decorated, calls=calls, device=device),
+        }
+        with backend_without_kernels(args, options) as backend_name:
+            results["rel_attn_out_null_backend_us"] = _per_call_us(lambda: op(*args, **options), calls=calls, device=device)
+        results["null_backend_note"] = f"the {backend_name} backend with its run() patched to a no-op"
+        results["rel_attn_out_default_backend_us"] = _per_call_us(lambda: op(*args, **options), calls=heavy, device=device)
+        results["vllm_entry_point_us"] = _per_call_us(
+            lambda: inkling_ops.inkling_fa4_rel_attention(case.q, case.key_cache, case.value_cache, **vllm_kwargs),
+            calls=heavy, device=device,
+        )  # fmt: skip
+        results["sdpa_us"] = _per_call_us(lambda: sdpa(q_dense, k_dense, v_dense, scale=case.softmax_scale, enable_gqa=True), calls=calls, device=device)
+        results["default_backend"] = backend_name
+        if device == "cuda":
+            import triton
+
+            results["triton"] = triton.__version__
+            results["gpu"] = torch.cuda.get_device_name()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--record", default=str(DEFAULT_RECORD), help="JSON-lines file to append to (default meta/host_overhead.jsonl)")
+    parser.add_argument("--calls", type=int, default=2000, help="calls per batch (default 2000; the calls that run kernels use 15%% of it)")
+    args = parser.parse_args(argv)
+    results = measure(args.device, calls=args.calls)
+    sha = _benchmark_module().git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
+    record = dict(
+        results,
+        device=args.device,
+        torch=torch.__version__,
+        inkling_ops=inkling_ops.__version__,
+        git_sha=sha,
+        command=" ".join([COMMAND, *(sys.argv[1:] if argv is None else argv)]),
+        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
+    for key, value in results.items():
+        print(f"{key:34s} {value:8.2f}" if isinstance(value, float) else f"{key:34s} {value}")
+    path = Path(args.record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(f"appended to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
