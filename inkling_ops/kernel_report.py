@@ -81,10 +81,10 @@ def compile_fwd_sm90(
         WINDOW_LEFT=window_left, NUM_SPLITS=num_splits, SPLIT_KV=num_splits > 1, BLOCK_M=block_m,
         BLOCK_N=config.block_n, DOT_PRECISION="tf32", PASS=fwd_pass, P1_BLOCK_Q=p1_block_q,
         P1_BLOCK_N=pass1_config.block_n if fwd_pass == 2 else 1, BIAS_AHEAD=config.bias_ahead,
-        PDL=config.pdl and num_splits > 1, BAND_INTERIOR=config.band_interior, ASM_GATHER=config.asm_gather,
+        ASM_GATHER=config.asm_gather,
         KV_SAME_STRIDES=True, KV_ROW_I32=True, KV_SLOT_SHIFT=(head_dim.bit_length() - 1),  # 1 KV head: slot stride D
         TILE_STEP=num_splits if num_splits > 1 and config.split_strided else 1, KV_PREFETCH=config.kv_prefetch,
-        ONE_MASKED_LOOP=config.single_masked_loop, DEFER_ROW_SUM=config.deferred_row_sum,
+        ONE_MASKED_LOOP=config.single_masked_loop,
         KV_EVICTION=config.kv_eviction_policy,
     )  # fmt: skip
     params = list(inspect.signature(rel_attn_fwd_kernel.fn).parameters)
@@ -99,18 +99,18 @@ def compile_fwd_sm90(
     )  # fmt: skip
 
 
-def compile_combine_sm90(*, num_splits: int, head_dim: int = 128, pdl: bool = False):
+def compile_combine_sm90(*, num_splits: int, head_dim: int = 128):
     """Triton's compiled split-KV combine kernel for sm_90 (not loaded on any device)."""
     from .kernels.triton_combine import combine_blocks, rel_attn_combine_kernel
 
     splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
     constexprs = dict(
-        HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl
+        HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_S=block_s, BLOCK_D=block_d
     )
     return _compile_sm90(
         rel_attn_combine_kernel, constexprs,
         pointer_types=dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", cu_ptr="*i32"),
-        options=dict(num_warps=4, num_stages=2, launch_pdl=pdl),
+        options=dict(num_warps=4, num_stages=2),
     )  # fmt: skip
 
 

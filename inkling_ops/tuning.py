@@ -62,8 +62,6 @@ PREFILL_CONFIGS = [
     # Not yet timed.
     FwdConfig(64, 64, 4, 2, plain=FwdConfig(128, 64, 8, 4), bias_ahead=True),
     FwdConfig(64, 64, 4, 2, plain=FwdConfig(128, 64, 8, 5), bias_ahead=True),  # four in flight
-    # Interior band tiles without masks.
-    FwdConfig(64, 32, 4, 3, plain=_PLAIN, band_interior=True),
 ]
 DECODE_CONFIGS = [
     FwdConfig(16, 64, 4, 2, asm_gather=False),  # the default for windows inside E up to 9d7a5c1
@@ -73,10 +71,9 @@ DECODE_CONFIGS = [
     FwdConfig(16, 64, 4, 2),  # inline-PTX gather, the default at 27741fa
     FwdConfig(16, 64, 4, 3, asm_gather=False),
     FwdConfig(16, 128, 4, 2, asm_gather=False),
-    # The bias one tile ahead; the combine as a programmatic dependent launch.
+    # The bias one tile ahead.
     FwdConfig(16, 64, 4, 2, asm_gather=False, bias_ahead=True),
     FwdConfig(16, 128, 4, 2, asm_gather=False, bias_ahead=True),
-    FwdConfig(16, 64, 4, 2, asm_gather=False, pdl=True),
     # Strided splits (the bias band shared out among the splits); K/V loaded a tile ahead into
     # registers (one stage: Triton's own pipelining off).
     FwdConfig(16, 64, 4, 2, asm_gather=False, split_strided=True),
@@ -152,14 +149,11 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
                 block_n=config.block_n, num_warps=config.num_warps, num_stages=config.num_stages,
                 plain=None if config.plain is None else [config.plain.block_m, config.plain.block_n, config.plain.num_warps, config.plain.num_stages],
                 bias_ahead=config.bias_ahead,
-                pdl=config.pdl,
-                band_interior=config.band_interior,
                 asm_gather=config.asm_gather,
                 max_registers=config.max_registers,
                 split_strided=config.split_strided,
                 kv_prefetch=config.kv_prefetch,
                 single_masked_loop=config.single_masked_loop,
-                deferred_row_sum=config.deferred_row_sum,
                 kv_evict_first=config.kv_evict_first,
                 timing="cuda_graph" if kind == "decode" else "do_bench")  # fmt: skip
     t0 = time.perf_counter()

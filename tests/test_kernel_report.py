@@ -94,21 +94,6 @@ def _compile_in_subprocess(code: str) -> str:
     return proc.stdout
 
 
-def test_pdl_variants_carry_grid_dependency_control():
-    """With ``pdl`` the forward kernel lets its dependents launch early and the combine waits for
-    it (griddepcontrol); without it neither instruction is there."""
-    out = _compile_in_subprocess(
-        "from inkling_ops.kernel_report import compile_fwd_sm90, compile_combine_sm90\n"
-        "from inkling_ops.kernels.triton_configs import FwdConfig\n"
-        "for pdl in (False, True):\n"
-        "    fwd = compile_fwd_sm90(FwdConfig(16, 64, 4, 2, pdl=pdl), group=8, page=16, rel_extent=1024, num_splits=8)\n"
-        "    comb = compile_combine_sm90(num_splits=8, pdl=pdl)\n"
-        "    print(pdl, 'griddepcontrol.launch_dependents' in fwd.asm['ptx'], 'griddepcontrol.wait' in comb.asm['ptx'],\n"
-        "          comb.metadata.launch_pdl)\n"
-    )
-    assert out.split() == ["False", "False", "False", "False", "True", "True", "True", "True"], out
-
-
 def test_kv_evict_first_reaches_the_kv_loads_of_the_register_prefetch_loop():
     """``kv_evict_first`` puts an L2 evict_first cache policy on the K/V loads of the one-stage
     register-prefetch loop (the global decode's default); without it no load carries a policy.

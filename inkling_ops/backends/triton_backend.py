@@ -133,12 +133,10 @@ def run_triton(
         return launch_rel_attn_fwd(
             *args, **common, num_splits=1, config=config, part_lse=lse, fwd_pass=2, pass1_config=plain
         )
-    # Programmatic dependent launch of the combine: CUDA only (the interpreter has no griddepcontrol).
-    pdl = config.pdl and num_splits > 1 and q.device.type == "cuda"
     compiled = launch_rel_attn_fwd(
         q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out,
-        **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse, pdl=pdl,
+        **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse,
     )  # fmt: skip
     if num_splits > 1:
-        launch_rel_attn_combine(part_out, part_lse, out, cu_seqlens_q, pdl=pdl)
+        launch_rel_attn_combine(part_out, part_lse, out, cu_seqlens_q)
     return compiled

@@ -26,12 +26,6 @@ class FwdConfig:
     plain: "FwdConfig | None" = None
     #: load each masked tile's bias one tile ahead (more registers; the prefill default)
     bias_ahead: bool = False
-    #: split-KV: launch the combine with programmatic dependent launch (Hopper and newer), so its
-    #: launch overlaps the forward's tail (measured within 5% either way on the H200)
-    pdl: bool = False
-    #: run interior band tiles (all keys visible to and within E of every row) without masks
-    #: (fewer instructions per tile, but measured slower than the defaults on the H200)
-    band_interior: bool = False
     #: gather the bias with inline PTX, so it lands in the MMA layout with no shared-memory
     #: round trip (CUDA, 16-bit rel_logits; the interpreter always uses tl.load). Faster in
     #: prefill and, with ``bias_ahead``, in the sliding decode; slower in decode when each tile
@@ -57,10 +51,6 @@ class FwdConfig:
     #: became a plain ld.global (09afbf5); since then it is faster, 20.3 / 20.0 against 20.7 /
     #: 21.4 (meta/logs/ab_pinned_gather_c64efee.log)
     single_masked_loop: bool = False
-    #: keep the softmax denominators as per-column partial sums and reduce them once at the end,
-    #: instead of a row sum per tile: with 16-row tiles the warps split each tile's columns, so
-    #: every row sum is a reduction across warps (three barriers per tile)
-    deferred_row_sum: bool = False
     #: load K and V with an L2 evict_first policy (``ld.global.L1::evict_first.L2::cache_hint``).
     #: Streamed K/V is read once, so its lines are the first to go when the L2 needs room,
     #: instead of lines the next kernels use, or dirty lines that would be written back first

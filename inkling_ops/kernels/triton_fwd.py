@@ -103,22 +103,17 @@ def _gather(ptrs, mask, ASM_GATHER: tl.constexpr):
 @triton.jit
 def _tile_bias(
     rel_row_ptr, stride_re, q_pos, j0, offs_n,
-    REL_EXTENT: tl.constexpr, ASM_GATHER: tl.constexpr, INTERIOR: tl.constexpr = False,
+    REL_EXTENT: tl.constexpr, ASM_GATHER: tl.constexpr,
 ):  # fmt: skip
     """The bias of keys [j0, j0 + BLOCK_N): ``rel[t, h, d]`` with ``d = q_pos - j`` where
     ``0 <= d < E``, else 0. ``q_pos`` is -1 on padding rows, so they read nothing.
 
     Every access is masked by the band, so any j0 is safe (prefetching past the last tile too).
     Per element: one subtraction, one unsigned compare, one address with a per-column offset.
-    INTERIOR: the caller knows every key is in the band of every valid row; only padding rows
-    are masked.
     """
     dq = q_pos - j0  # each row's distance to key j0
-    if INTERIOR:
-        mask = (dq >= 0)[:, None] & (offs_n >= 0)[None, :]
-    else:
-        d = dq[:, None] - offs_n[None, :]
-        mask = d.to(tl.uint32, bitcast=True) < REL_EXTENT
+    d = dq[:, None] - offs_n[None, :]
+    mask = d.to(tl.uint32, bitcast=True) < REL_EXTENT
     ptrs = (rel_row_ptr + dq * stride_re)[:, None] - (offs_n * stride_re)[None, :]
     return _gather(ptrs, mask, ASM_GATHER)
 
@@ -132,7 +127,7 @@ def _attend_tile(
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, ASM_GATHER: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
+    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
     KV_MODE: tl.constexpr = 0, k_in=0, v_in=0, tile_ok=True, KV_EVICTION: tl.constexpr = "",
 ):  # fmt: skip
     """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
@@ -143,8 +138,6 @@ def _attend_tile(
     FULL=True: apply the causal / window / length masks and the bias where 0 <= d < REL_EXTENT:
     ``bias`` when BIAS_GIVEN (loaded earlier by the caller), else gathered here first, so its
     latency overlaps the K/V wait and the QK^T product.
-    INTERIOR=True: a band tile whose keys are all visible to, and within the bias extent of,
-    every valid row: the bias is gathered with only a per-row mask and nothing else is masked.
     ``q_pos``: each row's absolute position, -1 on padding rows (no key is visible to them, and
     a valid row sees no key at or past kv_len, so the scores need no length mask).
     ``k_ptr``/``v_ptr`` already point at this program's KV head.
@@ -153,7 +146,7 @@ def _attend_tile(
 
     - 0: load this tile's K/V and fold it in (the pipelined loops).
     - 1: only load, and return ``(k, v)``: nothing is read when the scalar ``tile_ok`` is false,
-      nor (FULL and not INTERIOR) for keys at or past kv_len; those are 0.
+      nor (FULL) for keys at or past kv_len; those are 0.
     - 2: fold in ``k_in``/``v_in``, loaded by an earlier mode-1 call.
 
     One body serves all three on purpose: built from separate address / score / softmax helpers,
@@ -201,7 +194,7 @@ def _attend_tile(
             v_off = blk * stride_vb + slots * stride_vp
     if KV_MODE == 1:
         # one compare per key against a limit that is 0 when the tile is off
-        if FULL and not INTERIOR:
+        if FULL:
             ok = keys < tl.where(tile_ok, kv_len, 0)
         else:
             ok = offs_n < tl.where(tile_ok, BLOCK_N, 0)
@@ -211,15 +204,7 @@ def _attend_tile(
     else:
         k = k_in
         v = v_in
-        if INTERIOR:
-            if not BIAS_GIVEN:
-                bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER, True)
-            if KV_MODE == 0:
-                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], eviction_policy=KV_EVICTION)
-                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], eviction_policy=KV_EVICTION)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-            s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
-        elif FULL:
+        if FULL:
             d = (q_pos - j0)[:, None] - offs_n[None, :]
             if not BIAS_GIVEN:
                 bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER)
@@ -244,12 +229,7 @@ def _attend_tile(
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
         p = tl.exp2(s - m_base[:, None])
         alpha = tl.exp2(m_i - m_base)
-        if len(l_i.shape) == 2:
-            # The kernel's DEFER_ROW_SUM: per-column partial sums, reduced once after the last
-            # tile (no cross-warp reduction here when warps split the tile's columns).
-            l_i = l_i * alpha[:, None] + p
-        else:
-            l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         return acc, m_new, l_i
 
@@ -263,11 +243,11 @@ def _tile_loop(
     offs_n, offs_d,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, FULL: tl.constexpr, BIAS_AHEAD: tl.constexpr, ASM_GATHER: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
+    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
     t_phase=0, TILE_STEP: tl.constexpr = 1, KV_PREFETCH: tl.constexpr = False, KV_EVICTION: tl.constexpr = "",
 ):  # fmt: skip
-    """Tiles [t_lo, t_hi) of one kind (see :func:`_attend_tile`): plain (FULL=False), masked and
-    biased (FULL=True), or interior band tiles (FULL and INTERIOR, see :func:`_masked_tiles`).
+    """Tiles [t_lo, t_hi) of one kind (see :func:`_attend_tile`): plain (FULL=False), or masked
+    and biased (FULL=True).
     With TILE_STEP > 1 only the tiles ``t = t_phase (mod TILE_STEP)`` of the range (strided
     split-KV: split ``t_phase`` of ``TILE_STEP``).
 
@@ -298,7 +278,7 @@ def _tile_loop(
             acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, j_first, kv_len,
             stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
             offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
-            KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=1, tile_ok=t_lo < t_hi, KV_EVICTION=KV_EVICTION,
+            KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, KV_MODE=1, tile_ok=t_lo < t_hi, KV_EVICTION=KV_EVICTION,
         )  # fmt: skip
         blk = _tile_blocks(bt_row, j_first + STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
         for t in tl.range(t_lo, t_hi, TILE_STEP):
@@ -310,7 +290,7 @@ def _tile_loop(
                 acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, j0 + STEP_KEYS, kv_len,
                 stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
                 offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
-                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=1, tile_ok=t + TILE_STEP < t_hi,
+                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, KV_MODE=1, tile_ok=t + TILE_STEP < t_hi,
                 KV_EVICTION=KV_EVICTION,
             )  # fmt: skip
             if FULL:
@@ -320,7 +300,7 @@ def _tile_loop(
                 acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, j0, kv_len,
                 stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
                 offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
-                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=2, k_in=k, v_in=v,
+                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, KV_MODE=2, k_in=k, v_in=v,
                 KV_EVICTION=KV_EVICTION,
             )  # fmt: skip
             k = k_next
@@ -341,61 +321,11 @@ def _tile_loop(
                 acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
                 stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
                 offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, ASM_GATHER,
-                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_EVICTION=KV_EVICTION,
+                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, KV_EVICTION=KV_EVICTION,
             )  # fmt: skip
             blk = blk_next
             if BIAS_AHEAD:
                 bias = bias_next
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _masked_tiles(
-    acc, m_i, l_i, q, t_lo, t_hi, lo_tile, qa_lo, qa_hi,
-    bt_row, kv_len, max_blocks_per_seq, num_blocks,
-    k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-    rel_row_ptr, stride_re, q_pos, qk_scale,
-    offs_n, offs_d,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
-    t_phase, TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, KV_EVICTION: tl.constexpr = "",
-):  # fmt: skip
-    """Tiles [t_lo, t_hi) that need masks or the bias. With BAND_INTERIOR the interior band tiles
-    among them (keys <= every row's position, distances < E and inside the window for every row)
-    run without masks; the rest run masked."""
-    if BAND_INTERIOR:
-        if WINDOW_LEFT >= 0:
-            reach = tl.minimum(REL_EXTENT - 1, WINDOW_LEFT)
-        else:
-            reach = REL_EXTENT - 1
-        t_i0 = tl.minimum(tl.maximum(tl.cdiv(qa_hi - reach - lo_tile, BLOCK_N), t_lo), t_hi)
-        t_i1 = tl.minimum(tl.maximum((qa_lo + 1 - lo_tile) // BLOCK_N, t_i0), t_hi)
-    else:
-        t_i0 = t_hi
-        t_i1 = t_hi
-    acc, m_i, l_i = _tile_loop(
-        acc, m_i, l_i, q, t_lo, t_i0, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
-        k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-        rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-        t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
-    )  # fmt: skip
-    if BAND_INTERIOR:
-        acc, m_i, l_i = _tile_loop(
-            acc, m_i, l_i, q, t_i0, t_i1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
-            k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            True, t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
-        )  # fmt: skip
-        acc, m_i, l_i = _tile_loop(
-            acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
-            k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
-        )  # fmt: skip
     return acc, m_i, l_i
 
 
@@ -415,8 +345,8 @@ def rel_attn_fwd_kernel(
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
-    PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
-    TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, ONE_MASKED_LOOP: tl.constexpr, DEFER_ROW_SUM: tl.constexpr,
+    ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
+    TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, ONE_MASKED_LOOP: tl.constexpr,
     KV_EVICTION: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
@@ -430,14 +360,8 @@ def rel_attn_fwd_kernel(
     and its base-2 log-sum-exp in ``part_lse`` (T, Hq); PASS 2 (whose BLOCK_N divides P1_BLOCK_N
     and whose BLOCK_Q divides P1_BLOCK_Q, pass 1's tiling) starts from that state and runs every
     other tile: the window edge, the bias band and the diagonal.
-
-    DEFER_ROW_SUM: the softmax denominators are kept as a (BLOCK_M, BLOCK_N) tile of per-column
-    partial sums and reduced once at the end, instead of a row sum per tile (with 16-row tiles
-    the warps split the columns, so each row sum is a reduction across warps: three barriers).
     """
     BLOCK_Q: tl.constexpr = BLOCK_M // G_PAD
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()  # the combine may launch now; it waits for us to finish
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest rows first (causal load balance)
     pid_split = tl.program_id(1)
     pid_bh = tl.program_id(2)
@@ -524,8 +448,6 @@ def rel_attn_fwd_kernel(
         m_i = lse
         l_i = tl.where(lse > float("-inf"), 1.0, 0.0)
         acc = o_prev.to(tl.float32)
-    if DEFER_ROW_SUM:
-        l_i = tl.where(offs_n[None, :] == 0, l_i[:, None], 0.0)  # the row sums, kept per column
 
     # A window inside E leaves no plain tile (a visible key is within WINDOW_LEFT < E of its row):
     # then [ta0, ta1) and [tb0, tb1) are one contiguous range. With ONE_MASKED_LOOP it runs as one
@@ -535,12 +457,12 @@ def rel_attn_fwd_kernel(
     if PASS == 0 and BAND_ONLY:
         ta1 = tb1
     if PASS != 1:
-        acc, m_i, l_i = _masked_tiles(
-            acc, m_i, l_i, q, ta0, ta1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
+        acc, m_i, l_i = _tile_loop(
+            acc, m_i, l_i, q, ta0, ta1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            pid_split, TILE_STEP, KV_PREFETCH, KV_EVICTION,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
+            t_phase=pid_split, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
         )  # fmt: skip
     if PASS != 2 and not (PASS == 0 and BAND_ONLY):
         acc, m_i, l_i = _tile_loop(
@@ -551,16 +473,14 @@ def rel_attn_fwd_kernel(
             t_phase=pid_split, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
         )  # fmt: skip
     if PASS == 2 or (PASS == 0 and not BAND_ONLY):
-        acc, m_i, l_i = _masked_tiles(
-            acc, m_i, l_i, q, tb0, tb1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
+        acc, m_i, l_i = _tile_loop(
+            acc, m_i, l_i, q, tb0, tb1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
             k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
             rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            pid_split, TILE_STEP, KV_PREFETCH, KV_EVICTION,
+            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
+            t_phase=pid_split, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
         )  # fmt: skip
 
-    if DEFER_ROW_SUM:
-        l_i = tl.sum(l_i, 1)
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
     if SPLIT_KV or PASS == 1:
         lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
@@ -629,7 +549,6 @@ def launch_rel_attn_fwd(
     part_lse: torch.Tensor | None = None,
     fwd_pass: int = 0,
     pass1_config: FwdConfig | None = None,
-    pdl: bool = False,
 ):
     """Launch the forward kernel. Returns Triton's handle of the compiled kernel (None under the
     interpreter).
@@ -639,9 +558,6 @@ def launch_rel_attn_fwd(
     - ``fwd_pass=1``: plain tiles only; partial outputs into ``out``, log-sum-exps into
       ``part_lse`` (T, Hq) fp32.
     - ``fwd_pass=2``: the remaining tiles, resuming from pass 1, which ran with ``pass1_config``.
-
-    ``pdl``: let the next kernel on the stream (the combine) launch early, as a programmatic
-    dependent (CUDA, Hopper and newer).
 
     Equivalent PyTorch: ``inkling_ops.reference.rel_attn_reference`` (for num_splits == 1, and
     for pass 1 followed by pass 2).
@@ -692,11 +608,11 @@ def launch_rel_attn_fwd(
         # constexprs, in signature order
         group, g_pad, head_dim, num_kv_heads, page, rel_logits.shape[2], window_left, num_splits, split,
         block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
-        fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl, config.band_interior,
+        fwd_pass, p1_block_q, p1_block_n, config.bias_ahead,
         config.asm_gather and _can_run_ptx(rel_logits),
         same_strides, row_i32, _slot_shift(k_strides[1]) if row_i32 else -1,
         num_splits if split and config.split_strided else 1, config.kv_prefetch, config.single_masked_loop,
-        config.deferred_row_sum, config.kv_eviction_policy,
+        config.kv_eviction_policy,
     )  # fmt: skip
     return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
