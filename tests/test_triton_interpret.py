@@ -226,7 +226,7 @@ def test_slot_stride_not_a_power_of_two(packed_kv):
 
 
 def test_slot_shift():
-    from inkling_ops.kernels.triton_fwd import _slot_shift
+    from inkling_ops.kernels.triton_configs import slot_shift as _slot_shift
 
     assert [_slot_shift(n) for n in (1, 2, 64, 128, 256, 1024)] == [0, 1, 6, 7, 8, 10]
     assert [_slot_shift(n) for n in (0, -4, 3, 192, 384)] == [-1] * 5

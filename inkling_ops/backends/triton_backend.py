@@ -77,22 +77,16 @@ class TritonBackend(Backend):
             page_size=problem.page_size,
         )
         run_triton(
-            *args, out,
+            args, out,
             softmax_scale=problem.softmax_scale, window_left=problem.window_left,
             max_seqlen_q=problem.max_seqlen_q, num_splits=splits, config=config,
         )  # fmt: skip
 
 
 def run_triton(
-    q: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    cache_seqlens: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    rel_logits: torch.Tensor,
+    args: RelAttnArgs,
     out: torch.Tensor,
-    *,
+    *legacy: torch.Tensor,
     softmax_scale: float,
     window_left: int,
     max_seqlen_q: int,
@@ -100,20 +94,33 @@ def run_triton(
     config,
     launch_fwd=None,
 ):
-    """Forward kernel (and, with num_splits > 1, the combine) with an explicit launch config.
+    """Forward kernel (and, with num_splits > 1, the combine) on the call's tensors ``args``,
+    writing ``out``, with an explicit launch config.
 
-    The backend's ``run`` uses the tuned config; the tuner (``inkling_ops.tuning``) calls this
+    The backend's ``run`` uses the tuned config; the tuner (``meta/tools/tuning.py``) calls this
     with candidates. Arguments must already be validated. ``launch_fwd``: another copy of
-    ``launch_rel_attn_fwd`` to launch instead (``scripts/ab_fwd_module.py`` times an older
-    kernel module through the same passes, workspace and combine).
+    ``launch_rel_attn_fwd`` (same signature) to launch instead, through the same passes,
+    workspace and combine (to time an older kernel module).
+
+    ``legacy``: transitional, for callers that still pass the seven tensors and ``out`` one by one
+    in ``RelAttnArgs`` order (``run_triton(q, key_cache, ..., rel_logits, out, ...)``, as
+    ``inkling_ops.testing.RelAttnCase.run_triton`` does until it passes the bundle).
     """
+    if legacy:
+        if len(legacy) != 6:
+            raise TypeError(
+                f"run_triton takes (args, out) or the seven tensors and out; got {2 + len(legacy)} positional arguments"
+            )
+        args, out = RelAttnArgs(args, out, *legacy[:5]), legacy[5]
     _, fwd_module, combine_module = _kernel_modules()
     launch_rel_attn_fwd = launch_fwd or fwd_module.launch_rel_attn_fwd
     launch_rel_attn_combine = combine_module.launch_rel_attn_combine
 
+    q, rel_logits = args.q, args.rel_logits
     num_tokens, num_heads, head_dim = q.shape
     if rel_logits.stride(2) != 1:
-        rel_logits = rel_logits.contiguous()  # the kernel's bias gather assumes unit stride over d
+        # the kernel's bias gather assumes unit stride over d
+        args = args._replace(rel_logits=rel_logits.contiguous())
     part_out = part_lse = None
     if num_splits > 1:
         # One workspace allocation: partial outputs (S, T, Hq, D) then log-sum-exps (S, T, Hq).
@@ -128,15 +135,13 @@ def run_triton(
         # Two passes: plain tiles with their own (larger) tiles, then the band/edge/diagonal tiles.
         # Between them each row's partial output lives in ``out`` and its log-sum-exp here.
         lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=q.device)
-        args = (q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out)
-        launch_rel_attn_fwd(*args, **common, num_splits=1, config=plain, part_lse=lse, fwd_pass=1)
+        launch_rel_attn_fwd(args, out, **common, num_splits=1, config=plain, part_lse=lse, fwd_pass=1)
         return launch_rel_attn_fwd(
-            *args, **common, num_splits=1, config=config, part_lse=lse, fwd_pass=2, pass1_config=plain
+            args, out, **common, num_splits=1, config=config, part_lse=lse, fwd_pass=2, pass1_config=plain
         )
     compiled = launch_rel_attn_fwd(
-        q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out,
-        **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse,
-    )  # fmt: skip
+        args, out, **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse
+    )
     if num_splits > 1:
-        launch_rel_attn_combine(part_out, part_lse, out, cu_seqlens_q)
+        launch_rel_attn_combine(part_out, part_lse, out, args.cu_seqlens_q)
     return compiled

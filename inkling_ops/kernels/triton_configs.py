@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,6 @@ class FwdConfig:
     #: loads Triton does not turn into ``cp.async`` carry it: Triton 3.6 drops the policy from
     #: the copies of pipelined loops, so it is meant for ``kv_prefetch`` (one stage)
     kv_evict_first: bool = False
-
-    @property
-    def kv_eviction_policy(self) -> str:
-        """The kernel's ``KV_EVICTION`` (``tl.load``'s ``eviction_policy`` for K/V)."""
-        return "evict_first" if self.kv_evict_first else ""
 
 
 #: Calls whose bucketed max_seqlen_q is at most this use the decode configuration (and may split KV).
@@ -157,3 +153,111 @@ def fwd_config(
         plain = FwdConfig(block_m=max(128, g_pad), block_n=128, num_warps=8, num_stages=3)
         return FwdConfig(block_m=max(64, g_pad), block_n=64, num_warps=4, num_stages=2, plain=plain, bias_ahead=True)
     return FwdConfig(block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=2)
+
+
+class FwdConstexprs(NamedTuple):
+    """The forward kernel's compile-time constants, named and ordered as in its signature
+    (``rel_attn_fwd_kernel``'s ``tl.constexpr`` parameters); see :func:`fwd_constexprs`."""
+
+    G: int  # query heads per KV head
+    G_PAD: int  # G rounded up to a power of two (rows per token in a program)
+    HEAD_DIM: int
+    NUM_KV_HEADS: int
+    PAGE: int  # keys per KV block
+    REL_EXTENT: int  # E: the bias covers distances 0 <= d < E
+    WINDOW_LEFT: int  # -1: no window
+    NUM_SPLITS: int
+    SPLIT_KV: bool  # NUM_SPLITS > 1: partial results into the workspace for the combine
+    BLOCK_M: int  # rows per program (at least G_PAD)
+    BLOCK_N: int  # keys per tile
+    DOT_PRECISION: str  # "ieee" for fp32 inputs, else "tf32" (unused by 16-bit dots)
+    PASS: int  # 0: every tile; 1 / 2: the plain / the other tiles of a two-pass prefill
+    P1_BLOCK_Q: int  # pass 2: pass 1's tokens per program (1 otherwise)
+    P1_BLOCK_N: int  # pass 2: pass 1's keys per tile (1 otherwise)
+    BIAS_AHEAD: bool
+    ASM_GATHER: bool
+    KV_SAME_STRIDES: bool  # K and V pages have the same block and slot strides
+    KV_ROW_I32: bool  # every key row of the cache has an int32 index (see triton_fwd)
+    KV_SLOT_SHIFT: int  # log2 of the slot stride when KV_ROW_I32 and it is a power of two, else -1
+    SPLIT_STRIDED: bool
+    KV_PREFETCH: bool
+    SINGLE_MASKED_LOOP: bool
+    KV_EVICT_FIRST: bool
+
+
+def slot_shift(slot_stride: int) -> int:
+    """``log2(slot_stride)`` when it is a power of two (the kernel's ``KV_SLOT_SHIFT``), else -1.
+
+    Equivalent Python: ``slot_stride.bit_length() - 1 if slot_stride & (slot_stride - 1) == 0 else -1``.
+    """
+    if slot_stride <= 0 or slot_stride & (slot_stride - 1):
+        return -1
+    return slot_stride.bit_length() - 1
+
+
+@functools.lru_cache(maxsize=4096)
+def fwd_constexprs(
+    config: FwdConfig,
+    *,
+    group: int,
+    head_dim: int,
+    num_kv_heads: int,
+    page_size: int,
+    rel_extent: int,
+    window_left: int,
+    num_splits: int = 1,
+    fwd_pass: int = 0,
+    pass1_config: FwdConfig | None = None,
+    fp32: bool = False,
+    ptx_gather: bool = True,
+    kv_same_strides: bool = True,
+    kv_row_i32: bool = True,
+    kv_slot_stride: int | None = None,
+) -> FwdConstexprs:
+    """The forward kernel's compile-time constants for ``config`` and one call's layout facts:
+    the one mapping from a configuration to a compiled variant, used by the launcher, the
+    offline kernel report and ahead-of-time compilation.
+
+    ``group``: query heads per KV head; ``fwd_pass`` / ``pass1_config``: see
+    ``launch_rel_attn_fwd``; ``fp32``: fp32 inputs (IEEE dots); ``ptx_gather``: the bias may be
+    gathered with inline PTX (a CUDA device and 16-bit rel_logits: ``config.asm_gather`` applies);
+    ``kv_same_strides``: K and V have the same block and slot strides; ``kv_row_i32``: every key
+    row has an int32 index (``triton_fwd._key_rows_fit_int32``); ``kv_slot_stride``: elements
+    between key slots (default ``num_kv_heads * head_dim``, a contiguous cache).
+
+    Raises ValueError for a configuration the kernel cannot run: ``kv_prefetch`` with Triton's
+    pipeliner on, a split two-pass launch, or pass-2 tiles that do not divide pass 1's.
+    Memoized (pure, immutable result).
+    """
+    if config.kv_prefetch and config.num_stages != 1:
+        raise ValueError(
+            f"config has kv_prefetch=True with num_stages={config.num_stages}; expected num_stages=1 (the loop "
+            "prefetches K/V itself, and Triton's pipeliner must stay off)"
+        )
+    split = num_splits > 1
+    if split and fwd_pass != 0:
+        raise ValueError(f"fwd_pass={fwd_pass} with num_splits={num_splits}: split-KV runs in one pass")
+    g_pad = 1 << max(0, group - 1).bit_length()
+    block_m = max(config.block_m, g_pad)
+    p1_block_q, p1_block_n = 1, 1
+    if fwd_pass == 2:
+        if pass1_config is None:
+            raise ValueError("fwd_pass=2 needs pass1_config, the configuration pass 1 ran with")
+        p1_block_q = max(pass1_config.block_m, g_pad) // g_pad
+        p1_block_n = pass1_config.block_n
+        if p1_block_q % (block_m // g_pad) or p1_block_n % config.block_n:
+            raise ValueError(
+                f"config's tiles ({block_m // g_pad} tokens, {config.block_n} keys) must divide "
+                f"pass1_config's ({p1_block_q} tokens, {p1_block_n} keys) in a two-pass prefill"
+            )
+    if kv_slot_stride is None:
+        kv_slot_stride = num_kv_heads * head_dim
+    return FwdConstexprs(
+        G=group, G_PAD=g_pad, HEAD_DIM=head_dim, NUM_KV_HEADS=num_kv_heads, PAGE=page_size, REL_EXTENT=rel_extent,
+        WINDOW_LEFT=window_left, NUM_SPLITS=num_splits, SPLIT_KV=split, BLOCK_M=block_m, BLOCK_N=config.block_n,
+        DOT_PRECISION="ieee" if fp32 else "tf32", PASS=fwd_pass, P1_BLOCK_Q=p1_block_q, P1_BLOCK_N=p1_block_n,
+        BIAS_AHEAD=config.bias_ahead, ASM_GATHER=config.asm_gather and ptx_gather, KV_SAME_STRIDES=kv_same_strides,
+        KV_ROW_I32=kv_row_i32, KV_SLOT_SHIFT=slot_shift(kv_slot_stride) if kv_row_i32 else -1,
+        SPLIT_STRIDED=config.split_strided and split, KV_PREFETCH=config.kv_prefetch,
+        SINGLE_MASKED_LOOP=config.single_masked_loop, KV_EVICT_FIRST=config.kv_evict_first,
+    )  # fmt: skip
