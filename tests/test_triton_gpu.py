@@ -13,7 +13,9 @@ import torch
 
 import inkling_ops
 from inkling_ops.testing import make_case
-from inkling_ops.tuning import candidates as tuning_candidates
+from lab_tools import load_tool
+
+tuning_candidates = load_tool("tuning").candidates
 
 pytestmark = [
     pytest.mark.gpu,

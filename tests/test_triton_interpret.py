@@ -18,7 +18,9 @@ triton = pytest.importorskip("triton")
 
 import inkling_ops  # noqa: E402
 from inkling_ops.testing import make_case  # noqa: E402
-from inkling_ops.tuning import candidates as tuning_candidates  # noqa: E402
+from lab_tools import load_tool  # noqa: E402
+
+tuning_candidates = load_tool("tuning").candidates
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",

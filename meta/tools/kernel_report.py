@@ -1,6 +1,6 @@
 """Compile the Triton forward kernel for sm_90 without a GPU and report what the compiler made.
 
-    python -m inkling_ops.kernel_report            # every default configuration of the anchors
+    python meta/tools/kernel_report.py            # every default configuration of the anchors
 
 With ``--sass`` it also prints a digest of each variant's machine code, to tell whether a source
 change altered what runs. For each variant it prints registers per thread, stack bytes (spills),
@@ -22,10 +22,16 @@ import argparse
 import inspect
 import re
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
-from .kernels.triton_configs import FwdConfig, fwd_config, fwd_constexprs
+# Run as ``python meta/tools/kernel_report.py``: this checkout's inkling_ops.
+if str(Path(__file__).resolve().parents[2]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from inkling_ops.kernels.triton_configs import FwdConfig, fwd_config, fwd_constexprs  # noqa: E402
 
 #: Arguments Triton does not specialize (``do_not_specialize``, and floats).
 _UNSPECIALIZED = {"num_tokens", "num_blocks", "num_reqs", "qk_scale"}
@@ -69,7 +75,7 @@ def compile_fwd_sm90(
     pass1_config: FwdConfig | None = None,
 ):
     """Triton's compiled kernel (not loaded on any device) for one variant of the forward kernel."""
-    from .kernels.triton_fwd import rel_attn_fwd_kernel
+    from inkling_ops.kernels.triton_fwd import rel_attn_fwd_kernel
 
     # One KV head (slot stride head_dim), K and V laid out alike, int32 key rows: the anchors.
     constexprs = fwd_constexprs(
@@ -90,7 +96,7 @@ def compile_fwd_sm90(
 
 def compile_combine_sm90(*, num_splits: int, head_dim: int = 128):
     """Triton's compiled split-KV combine kernel for sm_90 (not loaded on any device)."""
-    from .kernels.triton_combine import combine_blocks, rel_attn_combine_kernel
+    from inkling_ops.kernels.triton_combine import combine_blocks, rel_attn_combine_kernel
 
     splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
     constexprs = dict(
