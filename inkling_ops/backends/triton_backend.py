@@ -16,13 +16,12 @@ from ..heuristics import SplitPolicy, bucket_max_seqlen_q
 from ..problem import RelAttnArgs, RelAttnProblem
 from .base import Backend
 
-#: Split-KV policy of the Triton decode path, from the H200 sweep in meta/tuning_records.jsonl
-#: (CUDA-graph timing, commit eb462e3): 64 x 8K global was within 10% of its best from 4 to 32
-#: splits, 1 x 128K fastest at 256 (the most tried). Single-token decode on sliding layers whose
-#: window lies inside E (512 keys at the anchors) runs one program per SM, rounded down, and
-#: splits as short as 128 keys: with its configuration (``fwd_config``) that was within 5% of the
-#: fastest split count from 4 to 256 requests at 8 / 2 heads (4 splits up to 16 requests, 2 at
-#: 32, 1 from 64; meta/logs/probe_sliding_decode_batches_*.log).
+#: Split-KV policy of the Triton decode path, from the H200 sweeps (meta/TUNING.md): global decode
+#: was near its best over a wide range of split counts and long single requests fastest at the
+#: most splits tried, so two programs per SM and at least 256 keys per split, up to 256 splits.
+#: Single-token decode on sliding layers whose window lies inside E runs one program per SM,
+#: rounded down, and splits as short as 128 keys: with its configuration (``fwd_config``) that
+#: was close to the fastest split count from 4 to 256 requests.
 TRITON_SPLIT_POLICY = SplitPolicy(
     max_split_q=16, programs_per_sm=2, min_keys_per_split=256, max_splits=256,
     band_only_programs_per_sm=1, band_only_min_keys_per_split=128,

@@ -31,8 +31,7 @@ def rel_attn_combine_kernel(
 
     Rows at or past ``cu_seqlens_q[-1]`` are read (the workspace has every row of ``out``) but not
     stored: nothing waits on that bound, so the partial results and the bound are read at once
-    (an early return on it put one more dependent memory round trip before every load: the
-    128-split combine of one 128K decode took 4 us in ncu, meta/logs/ncu_decode_b1_128k_0ed5212.txt).
+    (an early return on it put one more dependent memory round trip before every load).
     """
     t = tl.program_id(0)
     num_rows = tl.load(cu_ptr + num_reqs)  # only the store waits on this
@@ -64,9 +63,8 @@ def combine_blocks(num_splits: int, head_dim: int) -> tuple[int, int, int]:
 
     A program reads at most 4096 partial values per load. Many splits mean few rows (long
     single-request decode), so the head dimension is cut finer (down to 16) to keep more
-    programs, each with one wide load, instead of a few programs looping over split chunks:
-    on the H200 the 128-split combine of one 128K decode took 10 us as 16 looping programs
-    (ncu, meta/logs/ncu_decode_30ac1b6.txt).
+    programs, each with one wide load, instead of a few programs looping over split chunks
+    (measurements in meta/TUNING.md).
     """
     splits_pad = next_pow2(num_splits)
     block_d = min(head_dim, max(16, 4096 // splits_pad))

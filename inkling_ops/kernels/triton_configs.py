@@ -13,24 +13,32 @@ from typing import NamedTuple
 
 @dataclass(frozen=True)
 class FwdConfig:
-    """Launch configuration of the forward kernel.
+    """Launch configuration of the forward kernel: tile shape, pipeline depth and the kernel's
+    optional code paths. Each flag reaches the kernel as the constexpr of the same name in
+    capitals (see :func:`fwd_constexprs`). The measurements behind each default are in
+    meta/TUNING.md.
 
     With ``plain`` set, a prefill call runs in two launches: the plain tiles (no bias, no mask)
     with the ``plain`` configuration, then every other tile with this one. Its tiles must divide
     the plain pass's (``block_n`` divides ``plain.block_n``, ``block_m`` divides ``plain.block_m``).
     """
 
-    block_m: int  # rows per program: query tokens x padded query heads of one KV head
-    block_n: int  # keys per tile
+    #: rows per program: query tokens x padded query heads of one KV head (raised to G_PAD)
+    block_m: int
+    #: keys per tile
+    block_n: int
     num_warps: int
+    #: Triton's software pipeline depth for the tile loops (1: not pipelined)
     num_stages: int
+    #: the plain pass's configuration of a two-launch prefill (None: one launch)
     plain: "FwdConfig | None" = None
-    #: load each masked tile's bias one tile ahead (more registers; the prefill default)
+    #: load each masked tile's bias one tile ahead, into loop-carried registers: its latency is
+    #: hidden by a whole tile, at the cost of registers
     bias_ahead: bool = False
     #: gather the bias with inline PTX, so it lands in the MMA layout with no shared-memory
-    #: round trip (CUDA, 16-bit rel_logits; the interpreter always uses tl.load). Faster in
-    #: prefill and, with ``bias_ahead``, in the sliding decode; slower in decode when each tile
-    #: gathers its own bias, on the H200
+    #: round trip (CUDA and 16-bit rel_logits only; the interpreter always uses tl.load). Pays
+    #: where the gather is a tile ahead of its use (prefill, the sliding decode); a decode tile
+    #: that gathers its own bias waits on it, and there tl.load is faster
     asm_gather: bool = True
     #: cap on registers per thread (ptxas ``.maxnreg``): at 4 warps, 168 lets three programs
     #: share an SM's 64K registers where 255 allows two (None: the compiler's choice)
@@ -40,24 +48,20 @@ class FwdConfig:
     #: among the splits rather than all falling to the last ones
     split_strided: bool = False
     #: load the next tile's K and V into registers while computing this one (the block ids two
-    #: tiles ahead, the bias of biased tiles one ahead). Meant for ``num_stages=1``, where Triton
+    #: tiles ahead, the bias of biased tiles one ahead). Needs ``num_stages=1``, where Triton
     #: does not pipeline the loop itself: at 2 stages it gives the 16-row decode tile only one
     #: K/V buffer, so each tile's load waits for the previous tile's compute
     kv_prefetch: bool = False
     #: on layers whose window lies inside the bias extent (no plain tiles), run the window-edge
-    #: and band tiles as one masked loop and compile no plain loop (one loop body and pipeline
-    #: prologue instead of three and two). Same results; on the H200 the sliding prefill took
-    #: 110 / 118 us against 122 / 127 (page 16 / 128, meta/logs/ab_band_only_5a35f37.log). The
-    #: sliding decode was slower with it (24.2 / 25.2 against 21.8 / 21.3) until the bias gather
-    #: became a plain ld.global (09afbf5); since then it is faster, 20.3 / 20.0 against 20.7 /
-    #: 21.4 (meta/logs/ab_pinned_gather_c64efee.log)
+    #: and band tiles as one masked loop and compile no plain loop: one loop body and pipeline
+    #: prologue instead of three and two, roughly half the kernel's instructions. Same results;
+    #: no effect on other layers
     single_masked_loop: bool = False
     #: load K and V with an L2 evict_first policy (``ld.global.L1::evict_first.L2::cache_hint``).
     #: Streamed K/V is read once, so its lines are the first to go when the L2 needs room,
-    #: instead of lines the next kernels use, or dirty lines that would be written back first
-    #: (the benchmark's L2 flush, like ``do_bench``'s, leaves the L2 full of dirty lines). Only
-    #: loads Triton does not turn into ``cp.async`` carry it: Triton 3.6 drops the policy from
-    #: the copies of pipelined loops, so it is meant for ``kv_prefetch`` (one stage)
+    #: instead of lines the next kernels use, or dirty lines that would be written back first.
+    #: Only loads Triton does not turn into ``cp.async`` carry it (Triton 3.6 drops the policy
+    #: from the copies of pipelined loops), so it is meant for ``kv_prefetch`` (one stage)
     kv_evict_first: bool = False
 
 
@@ -67,9 +71,8 @@ DECODE_MAX_Q = 16
 
 #: Global prefill runs in one launch (no separate plain pass) when pages hold fewer keys than
 #: this: the plain pass's 128-key tiles then span several pages, and one launch of 64-key tiles
-#: measured faster at pages 16 and 64 (meta/TUNING.md). At page 128 one launch is faster only
-#: while rows see short contexts (8K prefill 370 against 405 us, but 2 x 4K chunks on 32K 2313
-#: against 2075), and the compile key does not know the context length.
+#: measured faster at pages 16 and 64. At page 128 one launch is faster only while rows see
+#: short contexts, and the compile key does not know the context length (meta/TUNING.md).
 TWO_PASS_MIN_PAGE = 128
 
 
@@ -83,42 +86,36 @@ def fwd_config(
     window_left: int = -1,
     rel_extent: int = 0,
 ) -> FwdConfig:
-    """The forward kernel's configuration for one compile key.
+    """The forward kernel's configuration for one compile key (each choice the fastest of the
+    H200 sweeps; meta/TUNING.md has the measurements, its "Kernel cleanup (issue 15)" section
+    the figures once quoted here).
 
     - Decode / speculative verify (bucket <= 16): a program holds every query row of its KV head
-      (up to 64 rows) and streams 64-key tiles, the bias gathered with ``tl.load`` at its own tile
-      (the inline-PTX gather, also at its own tile, measured 3-15% slower on every decode anchor
-      case), except on sliding windows inside E (below). With at most 16 rows
-      on a layer with plain tiles (global, or a window wider than E), the next tile's K/V are
-      loaded into registers during this one (one stage) and split ``s`` of ``S`` takes every
-      S-th tile: 1 x 128K 33.3-33.5 us against 34.7 (page 16) and 34.0-34.2 against 34.4-34.6
-      (page 128), 64 x 8K 86 us against 89; K/V are loaded with an L2 evict_first policy
-      (``kv_evict_first``: 1 x 128K 30.0 / 30.3 us against 33.3 / 33.0 with the benchmark's
-      dirty-L2 flush, 28.5 / 28.2 against 27.9 / 27.5 with a clean one; 64 x 8K within 3% either
-      way, meta/logs/ab_kv_evict_first_06d2806.log). A sliding window inside E is all band tiles: with
-      at most 16 rows each tile's bias is gathered one tile ahead with inline PTX, and three
-      stages keep two K/V tiles in flight (64 x 8K at 8 / 2 heads, unsplit: 21.4-21.8 us at
-      page 16 and 21.2-21.6 at page 128, against 22.7-22.9 and 23.4-23.6 for two stages with
-      the bias gathered at its tile, split in 2; ncu put 30% of that kernel's stall samples on
-      the wait for the bias gathered at its tile); its edge and band tiles run as one masked
-      loop (20.3 / 20.0 us against 20.7 / 21.4). Otherwise two stages (Triton's pipeline, one
-      tile in flight).
+      (up to 64 rows) and streams 64-key tiles, the bias gathered with ``tl.load`` at its own
+      tile (measured faster there than the inline-PTX gather), except on sliding windows inside
+      E (below).
+    - With at most 16 rows on a layer with plain tiles (global, or a window wider than E): few
+      rows and many keys, so the loop is bound by K/V streaming. One stage with the next tile's
+      K/V loaded into registers during this one (``kv_prefetch``), loaded evict_first (read
+      once, they should not push out what the next kernels use), and strided splits (the band
+      and diagonal tiles shared out among the splits).
+    - A sliding window inside E is all band tiles: with at most 16 rows each tile's bias is
+      gathered one tile ahead with inline PTX (ncu put a large share of the stalls on the wait
+      for a bias gathered at its tile), three stages keep two K/V tiles in flight, and the edge and band tiles run
+      as one masked loop. Otherwise (more rows) two stages: Triton's pipeline, one tile in flight.
     - Prefill at head_dim <= 128, global layers (and windows wider than the bias extent), pages
-      of at least ``TWO_PASS_MIN_PAGE`` keys: two launches. The plain tiles run in 128-row /
-      128-key / 8-warp programs with three stages; then the window-edge, bias-band and
-      diagonal tiles in 64-row / 64-key / 4-warp programs with two stages, each tile's bias
-      gathered (inline PTX) one tile ahead.
+      of at least ``TWO_PASS_MIN_PAGE`` keys: two launches. The plain tiles, most of a long
+      prefill, run in 128-row / 128-key / 8-warp programs with three stages; then the
+      window-edge, bias-band and diagonal tiles in 64-row / 64-key / 4-warp programs with two
+      stages, each tile's bias gathered (inline PTX) one tile ahead.
     - The same layers with smaller pages: one launch of 64-row / 64-key / 4-warp programs with
-      three stages (page 16: 8K 415 us against 514 for the two launches, 32K 5.32 ms against
-      5.90, chunked 1.31 ms against 1.46; page 64: 8K 369 us against 473, chunked 1.12 ms
-      against 1.29).
+      three stages (128-key plain tiles would span several pages).
     - Prefill of a sliding layer whose window lies inside the bias extent (every tile is a band
       tile, one launch): 64-row / 32-key / 4-warp programs with two stages, the bias one tile
       ahead, and at most 168 registers per thread, so three programs share an SM; its edge and
-      band tiles run as one masked loop (``single_masked_loop``: 8K 110 / 118 us against 122 /
-      127 at page 16 / 128).
+      band tiles run as one masked loop.
+    - Prefill at head_dim 256: 64-row / 32-key / 4-warp programs with two stages.
 
-    From the H200 sweeps in meta/tuning_records.jsonl (2026-11-30, see meta/TUNING.md).
     Memoized (the result is immutable): a call costs a dictionary lookup on the hot path.
     """
     g_pad = 1 << max(0, q_per_kv - 1).bit_length()

@@ -288,9 +288,8 @@ def _tile_loop(acc, m_i, l_i, rows, offs, kv, rel, t_lo, t_hi, lo_tile, t_phase,
 
     KV_PREFETCH (for launches with num_stages=1, which Triton does not pipeline): the next tile's
     K and V are loaded into registers while this one is computed, and its block ids two tiles
-    ahead; biased tiles then always take their
-    bias one tile ahead. Loads of a tile past the range are masked off, so they cost no memory
-    traffic.
+    ahead; biased tiles then always take their bias one tile ahead. Loads of a tile past the
+    range are masked off, so they cost no memory traffic.
     """
     BLOCK_N: tl.constexpr = FACTS[_BLOCK_N]
     TILE_STEP: tl.constexpr = FACTS[_TILE_STEP]
@@ -366,6 +365,10 @@ def rel_attn_fwd_kernel(
     and its base-2 log-sum-exp in ``part_lse`` (T, Hq); PASS 2 (whose BLOCK_N divides P1_BLOCK_N
     and whose BLOCK_Q divides P1_BLOCK_Q, pass 1's tiling) starts from that state and runs every
     other tile: the window edge, the bias band and the diagonal.
+
+    BIAS_AHEAD, ASM_GATHER, SPLIT_STRIDED, KV_PREFETCH, SINGLE_MASKED_LOOP and KV_EVICT_FIRST are
+    the ``FwdConfig`` fields of the same names; ``triton_configs.fwd_constexprs`` gives every
+    constexpr of a launch.
     """
     BLOCK_Q: tl.constexpr = BLOCK_M // G_PAD
     if SPLIT_STRIDED:
@@ -558,7 +561,7 @@ def launch_rel_attn_fwd(
     block_table, cache_seqlens, cu_seqlens_q = args.block_table, args.cache_seqlens, args.cu_seqlens_q
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_blocks, page, num_kv_heads, _ = key_cache.shape
-    # one stride() call per tensor (each costs ~1 us of host time)
+    # one stride() call per tensor (each costs host time)
     k_strides, v_strides, r_strides = key_cache.stride(), value_cache.stride(), rel_logits.stride()
     same_strides = k_strides[:2] == v_strides[:2]
     row_i32 = same_strides and _key_rows_fit_int32(key_cache, k_strides)

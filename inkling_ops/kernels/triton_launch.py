@@ -6,9 +6,10 @@ what Triton specializes on: constexpr values, tensor dtypes and 16-byte alignmen
 type of each int and, for ints Triton specializes, whether it is 1 or a multiple of 16. A
 miss (a new variant) goes through Triton's normal path, which compiles and caches as usual.
 
-Building that key walks every argument in Python (~9 us for the forward kernel's 57 on a fast
-host, ~29 on the H200's). A first, finer key is cheaper: other arguments by value (and type),
-pointers by dtype and address modulo 16 (3 us); it maps straight to the compiled kernel.
+Building that key walks every argument in Python (several microseconds for the forward
+kernel's 57). A first, finer key is cheaper to build: other arguments by value (and type),
+pointers by dtype and address modulo 16; it maps straight to the compiled kernel (timings in
+meta/TUNING.md).
 Under ``TRITON_INTERPRET=1`` there is nothing compiled to keep and every call goes through
 Triton.
 """
@@ -25,7 +26,7 @@ _SCALARS = frozenset((int, float, bool, type(None)))
 
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1). ``triton.next_power_of_2`` computes the
-    same, but as a Triton constexpr function it costs ~4 us per call from host code."""
+    same, but as a Triton constexpr function it costs several microseconds per call from host code."""
     return 1 << max(0, n - 1).bit_length()
 
 
