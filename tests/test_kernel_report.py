@@ -1,6 +1,6 @@
 """The Triton forward kernel compiled for sm_90 on this (CPU) machine: what the compiler made of it.
 
-Runs ``python -m inkling_ops.kernel_report --json`` in a subprocess without TRITON_INTERPRET
+Runs ``python meta/tools/kernel_report.py --json`` in a subprocess without TRITON_INTERPRET
 (the test session sets it), so the kernels are real Triton kernels compiled for Hopper.
 """
 
@@ -16,13 +16,18 @@ import pytest
 
 pytest.importorskip("triton")
 
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL_REPORT = ROOT / "meta" / "tools" / "kernel_report.py"
+#: Python lines that make the kernel report importable as ``kernel_report`` in a subprocess.
+IMPORT_REPORT = f"import sys; sys.path.insert(0, {str(KERNEL_REPORT.parent)!r})\n"
+
 
 @pytest.fixture(scope="module")
 def variants() -> dict[str, dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "inkling_ops.kernel_report", "--json"],
+        [sys.executable, "-W", "ignore", str(KERNEL_REPORT), "--json"],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -74,7 +79,7 @@ def test_tl_load_gather_is_converted_through_shared_memory():
     """The counter behind the test above sees the conversion when the bias is a ``tl.load``:
     the same band pass with ``asm_gather=False`` has one per masked loop."""
     out = _compile_in_subprocess(
-        "from inkling_ops.kernel_report import compile_fwd_sm90, report\n"
+        IMPORT_REPORT + "from kernel_report import compile_fwd_sm90, report\n"
         "from inkling_ops.kernels.triton_configs import FwdConfig\n"
         "plain = FwdConfig(128, 128, 8, 3)\n"
         "for asm in (True, False):\n"
@@ -94,29 +99,14 @@ def _compile_in_subprocess(code: str) -> str:
     return proc.stdout
 
 
-def test_pdl_variants_carry_grid_dependency_control():
-    """With ``pdl`` the forward kernel lets its dependents launch early and the combine waits for
-    it (griddepcontrol); without it neither instruction is there."""
-    out = _compile_in_subprocess(
-        "from inkling_ops.kernel_report import compile_fwd_sm90, compile_combine_sm90\n"
-        "from inkling_ops.kernels.triton_configs import FwdConfig\n"
-        "for pdl in (False, True):\n"
-        "    fwd = compile_fwd_sm90(FwdConfig(16, 64, 4, 2, pdl=pdl), group=8, page=16, rel_extent=1024, num_splits=8)\n"
-        "    comb = compile_combine_sm90(num_splits=8, pdl=pdl)\n"
-        "    print(pdl, 'griddepcontrol.launch_dependents' in fwd.asm['ptx'], 'griddepcontrol.wait' in comb.asm['ptx'],\n"
-        "          comb.metadata.launch_pdl)\n"
-    )
-    assert out.split() == ["False", "False", "False", "False", "True", "True", "True", "True"], out
-
-
 def test_kv_evict_first_reaches_the_kv_loads_of_the_register_prefetch_loop():
     """``kv_evict_first`` puts an L2 evict_first cache policy on the K/V loads of the one-stage
     register-prefetch loop (the global decode's default); without it no load carries a policy.
     (In pipelined loops Triton 3.6 turns the loads into cp.async and drops the policy; this
     checks the loop the option is meant for.)"""
     out = _compile_in_subprocess(
-        "import re\n"
-        "from inkling_ops.kernel_report import compile_fwd_sm90\n"
+        IMPORT_REPORT + "import re\n"
+        "from kernel_report import compile_fwd_sm90\n"
         "from inkling_ops.kernels.triton_configs import fwd_config\n"
         "cfg = fwd_config(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=1, page_size=16, rel_extent=1024)\n"
         "assert cfg.kv_prefetch and cfg.kv_evict_first, cfg\n"

@@ -13,7 +13,9 @@ import torch
 
 import inkling_ops
 from inkling_ops.testing import make_case
-from inkling_ops.tuning import candidates as tuning_candidates
+from lab_tools import load_tool
+
+tuning_candidates = load_tool("tuning").candidates
 
 pytestmark = [
     pytest.mark.gpu,
@@ -233,10 +235,9 @@ def test_cuda_graph_prefill_changing_metadata(kwargs):
 
 
 @pytest.mark.parametrize("bias_ahead", [False, True])
-@pytest.mark.parametrize("pdl", [False, True])
-def test_opt_in_configs_eager_and_graph(pdl, bias_ahead):
-    """Tuner candidates that are off by default: the combine as a programmatic dependent launch,
-    and the bias loaded one tile ahead. Eager and CUDA-graph replay against the reference."""
+def test_opt_in_configs_eager_and_graph(bias_ahead):
+    """A tuner candidate that is off by default in decode: the bias loaded one tile ahead.
+    Eager and CUDA-graph replay against the reference."""
     from inkling_ops.kernels.triton_configs import FwdConfig
 
     case = make_case(q_lens=[1, 3, 1], kv_lens=[5000, 300, 3], num_heads=8, num_kv_heads=1, rel_extent=1024,
@@ -246,7 +247,7 @@ def test_opt_in_configs_eager_and_graph(pdl, bias_ahead):
     out = torch.zeros_like(case.q)
 
     def call():
-        case.run_triton(out, num_splits=8, config=FwdConfig(16, 64, 4, 2, bias_ahead=bias_ahead, pdl=pdl))
+        case.run_triton(out, num_splits=8, config=FwdConfig(16, 64, 4, 2, bias_ahead=bias_ahead))
 
     call()
     torch.cuda.synchronize()

@@ -147,7 +147,6 @@ def test_launch_options_are_part_of_the_key(tensors):
     plain = _run(launcher, _args(x, y))
     assert _run(launcher, _args(x, y), num_warps=8) != plain
     assert _run(launcher, _args(x, y), maxnreg=128) != plain
-    assert _run(launcher, _args(x, y), launch_pdl=True) != plain
     assert _run(launcher, _args(x, y)) == plain
 
 

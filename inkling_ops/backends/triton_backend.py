@@ -16,13 +16,12 @@ from ..heuristics import SplitPolicy, bucket_max_seqlen_q
 from ..problem import RelAttnArgs, RelAttnProblem
 from .base import Backend
 
-#: Split-KV policy of the Triton decode path, from the H200 sweep in meta/tuning_records.jsonl
-#: (CUDA-graph timing, commit eb462e3): 64 x 8K global was within 10% of its best from 4 to 32
-#: splits, 1 x 128K fastest at 256 (the most tried). Single-token decode on sliding layers whose
-#: window lies inside E (512 keys at the anchors) runs one program per SM, rounded down, and
-#: splits as short as 128 keys: with its configuration (``fwd_config``) that was within 5% of the
-#: fastest split count from 4 to 256 requests at 8 / 2 heads (4 splits up to 16 requests, 2 at
-#: 32, 1 from 64; meta/logs/probe_sliding_decode_batches_*.log).
+#: Split-KV policy of the Triton decode path, from the H200 sweeps (meta/TUNING.md): global decode
+#: was near its best over a wide range of split counts and long single requests fastest at the
+#: most splits tried, so two programs per SM and at least 256 keys per split, up to 256 splits.
+#: Single-token decode on sliding layers whose window lies inside E runs one program per SM,
+#: rounded down, and splits as short as 128 keys: with its configuration (``fwd_config``) that
+#: was close to the fastest split count from 4 to 256 requests.
 TRITON_SPLIT_POLICY = SplitPolicy(
     max_split_q=16, programs_per_sm=2, min_keys_per_split=256, max_splits=256,
     band_only_programs_per_sm=1, band_only_min_keys_per_split=128,
@@ -77,22 +76,16 @@ class TritonBackend(Backend):
             page_size=problem.page_size,
         )
         run_triton(
-            *args, out,
+            args, out,
             softmax_scale=problem.softmax_scale, window_left=problem.window_left,
             max_seqlen_q=problem.max_seqlen_q, num_splits=splits, config=config,
         )  # fmt: skip
 
 
 def run_triton(
-    q: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    cache_seqlens: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    rel_logits: torch.Tensor,
+    args: RelAttnArgs,
     out: torch.Tensor,
-    *,
+    *legacy: torch.Tensor,
     softmax_scale: float,
     window_left: int,
     max_seqlen_q: int,
@@ -100,20 +93,33 @@ def run_triton(
     config,
     launch_fwd=None,
 ):
-    """Forward kernel (and, with num_splits > 1, the combine) with an explicit launch config.
+    """Forward kernel (and, with num_splits > 1, the combine) on the call's tensors ``args``,
+    writing ``out``, with an explicit launch config.
 
-    The backend's ``run`` uses the tuned config; the tuner (``inkling_ops.tuning``) calls this
+    The backend's ``run`` uses the tuned config; the tuner (``meta/tools/tuning.py``) calls this
     with candidates. Arguments must already be validated. ``launch_fwd``: another copy of
-    ``launch_rel_attn_fwd`` to launch instead (``scripts/ab_fwd_module.py`` times an older
-    kernel module through the same passes, workspace and combine).
+    ``launch_rel_attn_fwd`` (same signature) to launch instead, through the same passes,
+    workspace and combine (to time an older kernel module).
+
+    ``legacy``: transitional, for callers that still pass the seven tensors and ``out`` one by one
+    in ``RelAttnArgs`` order (``run_triton(q, key_cache, ..., rel_logits, out, ...)``, as
+    ``inkling_ops.testing.RelAttnCase.run_triton`` does until it passes the bundle).
     """
+    if legacy:
+        if len(legacy) != 6:
+            raise TypeError(
+                f"run_triton takes (args, out) or the seven tensors and out; got {2 + len(legacy)} positional arguments"
+            )
+        args, out = RelAttnArgs(args, out, *legacy[:5]), legacy[5]
     _, fwd_module, combine_module = _kernel_modules()
     launch_rel_attn_fwd = launch_fwd or fwd_module.launch_rel_attn_fwd
     launch_rel_attn_combine = combine_module.launch_rel_attn_combine
 
+    q, rel_logits = args.q, args.rel_logits
     num_tokens, num_heads, head_dim = q.shape
     if rel_logits.stride(2) != 1:
-        rel_logits = rel_logits.contiguous()  # the kernel's bias gather assumes unit stride over d
+        # the kernel's bias gather assumes unit stride over d
+        args = args._replace(rel_logits=rel_logits.contiguous())
     part_out = part_lse = None
     if num_splits > 1:
         # One workspace allocation: partial outputs (S, T, Hq, D) then log-sum-exps (S, T, Hq).
@@ -128,17 +134,13 @@ def run_triton(
         # Two passes: plain tiles with their own (larger) tiles, then the band/edge/diagonal tiles.
         # Between them each row's partial output lives in ``out`` and its log-sum-exp here.
         lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=q.device)
-        args = (q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out)
-        launch_rel_attn_fwd(*args, **common, num_splits=1, config=plain, part_lse=lse, fwd_pass=1)
+        launch_rel_attn_fwd(args, out, **common, num_splits=1, config=plain, part_lse=lse, fwd_pass=1)
         return launch_rel_attn_fwd(
-            *args, **common, num_splits=1, config=config, part_lse=lse, fwd_pass=2, pass1_config=plain
+            args, out, **common, num_splits=1, config=config, part_lse=lse, fwd_pass=2, pass1_config=plain
         )
-    # Programmatic dependent launch of the combine: CUDA only (the interpreter has no griddepcontrol).
-    pdl = config.pdl and num_splits > 1 and q.device.type == "cuda"
     compiled = launch_rel_attn_fwd(
-        q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out,
-        **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse, pdl=pdl,
-    )  # fmt: skip
+        args, out, **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse
+    )
     if num_splits > 1:
-        launch_rel_attn_combine(part_out, part_lse, out, cu_seqlens_q, pdl=pdl)
+        launch_rel_attn_combine(part_out, part_lse, out, args.cu_seqlens_q)
     return compiled

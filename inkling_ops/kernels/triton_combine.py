@@ -21,27 +21,23 @@ def rel_attn_combine_kernel(
     stride_ps, stride_pt, stride_ph,
     stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """Grid: (T, Hq, HEAD_DIM // BLOCK_D). Shapes: part_out (S, T, Hq, D), part_lse (S, T, Hq) fp32.
 
     Every split's log-sum-exp of the row is loaded at once; the partial outputs are then read
     ``BLOCK_S`` splits at a time, so a program issues a few wide loads instead of a chain of
-    ``NUM_SPLITS`` dependent ones. With PDL the kernel is launched as a programmatic dependent
-    of the forward kernel and waits for it (``griddepcontrol.wait``) before reading its output.
+    ``NUM_SPLITS`` dependent ones.
 
     Rows at or past ``cu_seqlens_q[-1]`` are read (the workspace has every row of ``out``) but not
     stored: nothing waits on that bound, so the partial results and the bound are read at once
-    (an early return on it put one more dependent memory round trip before every load: the
-    128-split combine of one 128K decode took 4 us in ncu, meta/logs/ncu_decode_b1_128k_0ed5212.txt).
+    (an early return on it put one more dependent memory round trip before every load).
     """
     t = tl.program_id(0)
     num_rows = tl.load(cu_ptr + num_reqs)  # only the store waits on this
     h = tl.program_id(1)
     offs_d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     row = t.to(tl.int64) * stride_pt + h * stride_ph
-    if PDL:
-        tl.extra.cuda.gdc_wait()  # the forward kernel's partial results are complete and visible
 
     offs_all = tl.arange(0, SPLITS_PAD)
     lse_all = tl.load(part_lse_ptr + offs_all * stride_ps + row, mask=offs_all < NUM_SPLITS, other=float("-inf"))
@@ -67,9 +63,8 @@ def combine_blocks(num_splits: int, head_dim: int) -> tuple[int, int, int]:
 
     A program reads at most 4096 partial values per load. Many splits mean few rows (long
     single-request decode), so the head dimension is cut finer (down to 16) to keep more
-    programs, each with one wide load, instead of a few programs looping over split chunks:
-    on the H200 the 128-split combine of one 128K decode took 10 us as 16 looping programs
-    (ncu, meta/logs/ncu_decode_30ac1b6.txt).
+    programs, each with one wide load, instead of a few programs looping over split chunks
+    (measurements in meta/TUNING.md).
     """
     splits_pad = next_pow2(num_splits)
     block_d = min(head_dim, max(16, 4096 // splits_pad))
@@ -78,13 +73,12 @@ def combine_blocks(num_splits: int, head_dim: int) -> tuple[int, int, int]:
 
 
 def launch_rel_attn_combine(
-    part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, cu_seqlens_q: torch.Tensor, *, pdl: bool = False
+    part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, cu_seqlens_q: torch.Tensor
 ) -> None:
     """Merge ``part_out`` (S, T, Hq, D) / ``part_lse`` (S, T, Hq) into ``out`` (T, Hq, D).
 
     Equivalent PyTorch: ``w = softmax(part_lse * ln 2, dim=0); out[:n] = (w[..., None] * part_out).sum(0)[:n]``
-    with ``n = cu_seqlens_q[-1]``. ``pdl``: launch as a programmatic dependent of the previous
-    kernel on the stream (the forward kernel, launched with ``pdl`` too); CUDA only.
+    with ``n = cu_seqlens_q[-1]``.
     """
     num_splits, num_tokens, num_heads, head_dim = part_out.shape
     splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
@@ -92,9 +86,9 @@ def launch_rel_attn_combine(
     args = (
         part_out, part_lse, out, cu_seqlens_q, cu_seqlens_q.shape[0] - 1,
         *part_lse.stride(), *out.stride()[:2],
-        head_dim, num_splits, splits_pad, block_s, block_d, pdl,  # constexprs
+        head_dim, num_splits, splits_pad, block_s, block_d,  # constexprs
     )  # fmt: skip
-    _launch(grid, args, num_warps=4, num_stages=2, launch_pdl=pdl)
+    _launch(grid, args, num_warps=4, num_stages=2)
 
 
 _launch = CachedLauncher(rel_attn_combine_kernel)

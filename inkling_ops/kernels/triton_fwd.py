@@ -27,10 +27,41 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_configs import FwdConfig
-from .triton_launch import CachedLauncher, next_pow2
+from .triton_configs import FwdConfig, fwd_constexprs
+from .triton_launch import CachedLauncher
 
 LOG2E = 1.4426950408889634
+
+# Every helper below takes the same groups, in the same order:
+#
+# - ``rows``: the program's query rows, ``(q, q_pos, qk_scale)``: the (BLOCK_M, HEAD_DIM) query
+#   tile, each row's absolute position (-1 on padding rows), and softmax_scale * log2(e).
+# - ``offs``: ``(offs_n, offs_d)``, ``tl.arange(0, BLOCK_N)`` and ``tl.arange(0, HEAD_DIM)``, made once
+#   at the top of the kernel (made inside the helpers, the index computations land elsewhere in
+#   the compiled code).
+# - ``kv``: where the request's keys are, ``(k_ptr, v_ptr, stride_kb, stride_kp, stride_vb,
+#   stride_vp, bt_row, max_blocks_per_seq, num_blocks, kv_len)``: K and V at this program's KV
+#   head, their block and slot strides, the request's block-table row, the bounds block ids are
+#   clamped to, and the request's key count.
+# - ``rel``: the bias layout, ``(rel_row_ptr, stride_re)``: each row's bias row and the stride
+#   over the distance d.
+# - ``FACTS``: the kernel's compile-time facts, one constexpr tuple indexed with the positions
+#   below (an element indexed with a constant stays a constexpr in Triton 3.6 and 3.9; unpacking
+#   the tuple does not keep that in 3.9).
+_PAGE = tl.constexpr(0)
+_BLOCK_N = tl.constexpr(1)
+_HEAD_DIM = tl.constexpr(2)
+_REL_EXTENT = tl.constexpr(3)
+_WINDOW_LEFT = tl.constexpr(4)
+_DOT_PRECISION = tl.constexpr(5)
+_KV_SAME_STRIDES = tl.constexpr(6)
+_KV_ROW_I32 = tl.constexpr(7)
+_KV_SLOT_SHIFT = tl.constexpr(8)
+_ASM_GATHER = tl.constexpr(9)
+_BIAS_AHEAD = tl.constexpr(10)
+_KV_PREFETCH = tl.constexpr(11)
+_TILE_STEP = tl.constexpr(12)  # split-KV with SPLIT_STRIDED: NUM_SPLITS (every S-th tile), else 1
+_KV_EVICTION = tl.constexpr(13)  # tl.load's eviction_policy for K/V: "evict_first" with KV_EVICT_FIRST, else ""
 
 
 @triton.jit
@@ -56,11 +87,15 @@ def _tile_ranges(qa_lo, qa_hi, kv_len, BLOCK_N: tl.constexpr, REL_EXTENT: tl.con
 
 
 @triton.jit
-def _tile_blocks(bt_row, j0, max_blocks_per_seq, num_blocks, offs_n, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+def _tile_blocks(offs, kv, j0, FACTS):
     """Clamped KV block ids of keys [j0, j0 + BLOCK_N): a scalar when every tile lies in one page
     (PAGE a multiple of BLOCK_N), else one per key. Safe for any j0 (the entry index is clamped
     too), so the caller can fetch the next tile's ids one iteration ahead. No mask: keys past
     kv_len are masked where K/V load."""
+    PAGE: tl.constexpr = FACTS[_PAGE]
+    BLOCK_N: tl.constexpr = FACTS[_BLOCK_N]
+    offs_n, _ = offs
+    _, _, _, _, _, _, bt_row, max_blocks_per_seq, num_blocks, _ = kv
     if PAGE % BLOCK_N == 0:
         blk = tl.load(bt_row + tl.minimum(j0 // PAGE, max_blocks_per_seq - 1))
     elif BLOCK_N % PAGE == 0:
@@ -82,9 +117,8 @@ def _gather(ptrs, mask, ASM_GATHER: tl.constexpr):
 
     Not ``ld.global.nc``: ptxas moves non-coherent loads across the loop's barriers, and in some
     kernels sank the next tile's gathers to the end of the iteration, just before their use
-    (sm_90 SASS). A plain ``ld.global`` stays where Triton put it, a tile ahead of its use:
-    same values, the sliding prefill 8% faster, the sliding decode's one-masked-loop variant
-    faster than its two-loop one (meta/logs/ab_pinned_gather_c64efee.log).
+    (sm_90 SASS). A plain ``ld.global`` stays where Triton put it, a tile ahead of its use
+    (meta/TUNING.md, "Kernel cleanup (issue 15)", has the measurements).
     """
     if ASM_GATHER:
         bits = tl.inline_asm_elementwise(
@@ -101,89 +135,86 @@ def _gather(ptrs, mask, ASM_GATHER: tl.constexpr):
 
 
 @triton.jit
-def _tile_bias(
-    rel_row_ptr, stride_re, q_pos, j0, offs_n,
-    REL_EXTENT: tl.constexpr, ASM_GATHER: tl.constexpr, INTERIOR: tl.constexpr = False,
-):  # fmt: skip
-    """The bias of keys [j0, j0 + BLOCK_N): ``rel[t, h, d]`` with ``d = q_pos - j`` where
-    ``0 <= d < E``, else 0. ``q_pos`` is -1 on padding rows, so they read nothing.
+def _tile_bias(rows, offs, rel, j0, FACTS):
+    """The bias of keys [j0, j0 + BLOCK_N), (BLOCK_M, BLOCK_N): ``rel[t, h, d]`` with
+    ``d = q_pos - j`` where ``0 <= d < E``, else 0. Padding rows (``q_pos`` -1) read nothing.
 
     Every access is masked by the band, so any j0 is safe (prefetching past the last tile too).
     Per element: one subtraction, one unsigned compare, one address with a per-column offset.
-    INTERIOR: the caller knows every key is in the band of every valid row; only padding rows
-    are masked.
     """
+    REL_EXTENT: tl.constexpr = FACTS[_REL_EXTENT]
+    _, q_pos, _ = rows
+    offs_n, _ = offs
+    rel_row_ptr, stride_re = rel
     dq = q_pos - j0  # each row's distance to key j0
-    if INTERIOR:
-        mask = (dq >= 0)[:, None] & (offs_n >= 0)[None, :]
-    else:
-        d = dq[:, None] - offs_n[None, :]
-        mask = d.to(tl.uint32, bitcast=True) < REL_EXTENT
+    d = dq[:, None] - offs_n[None, :]
+    mask = d.to(tl.uint32, bitcast=True) < REL_EXTENT
     ptrs = (rel_row_ptr + dq * stride_re)[:, None] - (offs_n * stride_re)[None, :]
-    return _gather(ptrs, mask, ASM_GATHER)
+    return _gather(ptrs, mask, FACTS[_ASM_GATHER])
 
 
 @triton.jit
 def _attend_tile(
-    acc, m_i, l_i, q, blk, bias,
-    k_ptr, v_ptr, j0, kv_len,
-    stride_kb, stride_kp, stride_vb, stride_vp,
-    rel_row_ptr, stride_re, q_pos, qk_scale,
-    offs_n, offs_d,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    FULL: tl.constexpr, DOT_PRECISION: tl.constexpr, BIAS_GIVEN: tl.constexpr, ASM_GATHER: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
-    KV_MODE: tl.constexpr = 0, k_in=0, v_in=0, tile_ok=True, KV_EVICTION: tl.constexpr = "",
+    acc, m_i, l_i, rows, offs, kv, rel, j0, blk, bias, FACTS, FULL: tl.constexpr, BIAS_GIVEN: tl.constexpr,
+    KV_MODE: tl.constexpr = 0, k_in=0, v_in=0, tile_ok=True,
 ):  # fmt: skip
-    """Fold keys [j0, j0 + BLOCK_N) into the running (acc, m_i, l_i) of the program's rows.
+    """Fold keys [j0, j0 + BLOCK_N) into the running softmax state ``(acc, m_i, l_i)`` of the
+    program's rows (online softmax in base 2).
 
     ``blk``: the tile's block ids from :func:`_tile_blocks`, fetched one iteration earlier so the
     K/V addresses do not hang on a load of the same iteration (Triton then pipelines K/V deeper).
     FULL=False: every key is visible to every row and no bias applies (no masks; ``bias`` unused).
     FULL=True: apply the causal / window / length masks and the bias where 0 <= d < REL_EXTENT:
     ``bias`` when BIAS_GIVEN (loaded earlier by the caller), else gathered here first, so its
-    latency overlaps the K/V wait and the QK^T product.
-    INTERIOR=True: a band tile whose keys are all visible to, and within the bias extent of,
-    every valid row: the bias is gathered with only a per-row mask and nothing else is masked.
-    ``q_pos``: each row's absolute position, -1 on padding rows (no key is visible to them, and
-    a valid row sees no key at or past kv_len, so the scores need no length mask).
-    ``k_ptr``/``v_ptr`` already point at this program's KV head.
+    latency overlaps the K/V wait and the QK^T product. A valid row sees no key at or past
+    kv_len and a padding row (``q_pos`` -1) none, so the scores need no length mask.
 
-    KV_MODE splits the work for the register-prefetch loop (``FwdConfig.kv_prefetch``):
+    KV_MODE splits the work for the register-prefetch loop (``KV_PREFETCH``):
 
-    - 0: load this tile's K/V and fold it in (the pipelined loops).
+    - 0: load this tile's K/V and fold it in (the loops Triton pipelines).
     - 1: only load, and return ``(k, v)``: nothing is read when the scalar ``tile_ok`` is false,
-      nor (FULL and not INTERIOR) for keys at or past kv_len; those are 0.
+      nor (FULL) for keys at or past kv_len; those are 0.
     - 2: fold in ``k_in``/``v_in``, loaded by an earlier mode-1 call.
 
-    One body serves all three on purpose: built from separate address / score / softmax helpers,
-    the page-128 band pass compiled to the same PTX except for its debug tables, yet ptxas
-    scheduled it differently and it measured 1.1% slower (8K global: 420.0 against 415.4 us,
-    ``meta/logs/ab_band_390be60_vs_c334786.log``).
+    One body serves all three on purpose. Split into a K/V address helper, a K/V tile load
+    helper and a fold helper, the kernels compile to the same PTX instructions, but each inlined
+    helper adds debug-scope labels to the PTX, and ptxas schedules the code around them
+    differently: other sm_90 SASS (the same instruction counts) for the band pass and the
+    decode variants under Triton 3.9 and for the global decode under 3.6; an earlier such split
+    measured 1.1% slower on the band pass (meta/TUNING.md, "Kernel cleanup (issue 15)").
     """
+    PAGE: tl.constexpr = FACTS[_PAGE]
+    BLOCK_N: tl.constexpr = FACTS[_BLOCK_N]
+    DOT_PRECISION: tl.constexpr = FACTS[_DOT_PRECISION]
+    WINDOW_LEFT: tl.constexpr = FACTS[_WINDOW_LEFT]
+    KV_SLOT_SHIFT: tl.constexpr = FACTS[_KV_SLOT_SHIFT]
+    KV_EVICTION: tl.constexpr = FACTS[_KV_EVICTION]
+    q, q_pos, qk_scale = rows
+    k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp, _, _, _, kv_len = kv
+    offs_n, offs_d = offs
     keys = j0 + offs_n
     # ``blk`` holds one id per key unless every tile lies in one page (see _tile_blocks).
-    if KV_ROW_I32:
+    if FACTS[_KV_ROW_I32]:
         # K and V alike, every key row of the cache numbered in int32 (see launch_rel_attn_fwd):
         # one 32-bit multiply-add and one widening multiply (or shift) per key. When pages divide
         # the tile, j0 is a multiple of PAGE, so a key's slot is its offset in the tile modulo
-        # PAGE. Also where one page holds the tile: the 64-bit offsets there cost the page-128
-        # band pass 4392 sm_90 instructions and 56 bytes of spills, against 3968 and none.
+        # PAGE. Also where one page holds the tile: 64-bit offsets there cost the page-128 band
+        # pass about 10% more sm_90 instructions, and spills.
         if PAGE % BLOCK_N == 0:
-            rows = blk * (stride_kb // stride_kp) + (j0 % PAGE + offs_n)
+            kv_rows = blk * (stride_kb // stride_kp) + (j0 % PAGE + offs_n)
         elif BLOCK_N % PAGE == 0:
-            rows = blk * (stride_kb // stride_kp) + offs_n % PAGE
+            kv_rows = blk * (stride_kb // stride_kp) + offs_n % PAGE
         else:
-            rows = blk * (stride_kb // stride_kp) + keys % PAGE
+            kv_rows = blk * (stride_kb // stride_kp) + keys % PAGE
         if KV_SLOT_SHIFT >= 0:
             # The slot stride is 2**KV_SLOT_SHIFT elements (one key row: Hkv * D, a power of
             # two for the usual head counts): a shift, which also lets the compiler fold the
-            # per-element column offsets in (the page-16 plain loop: 460 -> 402 instructions).
-            k_off = rows.to(tl.uint32).to(tl.int64) << KV_SLOT_SHIFT
+            # per-element column offsets in (fewer instructions in the page-16 plain loop).
+            k_off = kv_rows.to(tl.uint32).to(tl.int64) << KV_SLOT_SHIFT
         else:
             # Both factors are non-negative 32-bit values: zero-extended, their product is one
             # widening multiply (a sign-extended one costs ~7 instructions per key).
-            k_off = rows.to(tl.uint32).to(tl.int64) * stride_kp.to(tl.uint32).to(tl.int64)
+            k_off = kv_rows.to(tl.uint32).to(tl.int64) * stride_kp.to(tl.uint32).to(tl.int64)
         v_off = k_off
     else:
         # Caches with more key rows than int32 holds: 64-bit offsets.
@@ -193,7 +224,7 @@ def _attend_tile(
         else:
             slots = (keys % PAGE).to(tl.int64)
         k_off = blk * stride_kb + slots * stride_kp
-        if KV_SAME_STRIDES and PAGE % BLOCK_N != 0:
+        if FACTS[_KV_SAME_STRIDES] and PAGE % BLOCK_N != 0:
             # K and V pages laid out alike (the usual case): one per-key address computation.
             # (With one page per tile the addresses are cheap, and sharing them made ptxas spill.)
             v_off = k_off
@@ -201,7 +232,7 @@ def _attend_tile(
             v_off = blk * stride_vb + slots * stride_vp
     if KV_MODE == 1:
         # one compare per key against a limit that is 0 when the tile is off
-        if FULL and not INTERIOR:
+        if FULL:
             ok = keys < tl.where(tile_ok, kv_len, 0)
         else:
             ok = offs_n < tl.where(tile_ok, BLOCK_N, 0)
@@ -211,18 +242,10 @@ def _attend_tile(
     else:
         k = k_in
         v = v_in
-        if INTERIOR:
-            if not BIAS_GIVEN:
-                bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER, True)
-            if KV_MODE == 0:
-                k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], eviction_policy=KV_EVICTION)
-                v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], eviction_policy=KV_EVICTION)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-            s = bias.to(tl.float32) * 1.4426950408889634 + s * qk_scale
-        elif FULL:
+        if FULL:
             d = (q_pos - j0)[:, None] - offs_n[None, :]
             if not BIAS_GIVEN:
-                bias = _tile_bias(rel_row_ptr, stride_re, q_pos, j0, offs_n, REL_EXTENT, ASM_GATHER)
+                bias = _tile_bias(rows, offs, rel, j0, FACTS)
             if KV_MODE == 0:
                 key_ok = keys < kv_len
                 k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0, eviction_policy=KV_EVICTION)
@@ -244,30 +267,14 @@ def _attend_tile(
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
         p = tl.exp2(s - m_base[:, None])
         alpha = tl.exp2(m_i - m_base)
-        if len(l_i.shape) == 2:
-            # The kernel's DEFER_ROW_SUM: per-column partial sums, reduced once after the last
-            # tile (no cross-warp reduction here when warps split the tile's columns).
-            l_i = l_i * alpha[:, None] + p
-        else:
-            l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         return acc, m_new, l_i
 
 
 @triton.jit
-def _tile_loop(
-    acc, m_i, l_i, q, t_lo, t_hi, lo_tile,
-    bt_row, kv_len, max_blocks_per_seq, num_blocks,
-    k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-    rel_row_ptr, stride_re, q_pos, qk_scale,
-    offs_n, offs_d,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, FULL: tl.constexpr, BIAS_AHEAD: tl.constexpr, ASM_GATHER: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr, INTERIOR: tl.constexpr = False,
-    t_phase=0, TILE_STEP: tl.constexpr = 1, KV_PREFETCH: tl.constexpr = False, KV_EVICTION: tl.constexpr = "",
-):  # fmt: skip
-    """Tiles [t_lo, t_hi) of one kind (see :func:`_attend_tile`): plain (FULL=False), masked and
-    biased (FULL=True), or interior band tiles (FULL and INTERIOR, see :func:`_masked_tiles`).
+def _tile_loop(acc, m_i, l_i, rows, offs, kv, rel, t_lo, t_hi, lo_tile, t_phase, FACTS, FULL: tl.constexpr):
+    """Tiles [t_lo, t_hi) of one kind: plain (FULL=False), or masked and biased (FULL=True).
     With TILE_STEP > 1 only the tiles ``t = t_phase (mod TILE_STEP)`` of the range (strided
     split-KV: split ``t_phase`` of ``TILE_STEP``).
 
@@ -276,53 +283,40 @@ def _tile_loop(
     unpipelined (TTGIR, 2026-11-30). The bias gather is a scalar load Triton does not pipeline.
     By default each tile issues it first (inside :func:`_attend_tile`). With BIAS_AHEAD (biased
     tiles only) the next tile's bias is loaded one iteration early into loop-carried registers:
-    more registers, latency hidden by a whole tile. (The gather is a plain ``ld.global``, which ptxas
-    keeps at the top of the iteration; see :func:`_gather`.)
+    more registers, latency hidden by a whole tile. (The gather is a plain ``ld.global``, which
+    ptxas keeps at the top of the iteration; see :func:`_gather`.)
 
     KV_PREFETCH (for launches with num_stages=1, which Triton does not pipeline): the next tile's
     K and V are loaded into registers while this one is computed, and its block ids two tiles
     ahead; biased tiles then always take their bias one tile ahead. Loads of a tile past the
     range are masked off, so they cost no memory traffic.
     """
+    BLOCK_N: tl.constexpr = FACTS[_BLOCK_N]
+    TILE_STEP: tl.constexpr = FACTS[_TILE_STEP]
+    BIAS_AHEAD: tl.constexpr = FACTS[_BIAS_AHEAD] and FULL
     if TILE_STEP > 1:
         t_lo = t_lo + (t_phase + TILE_STEP - t_lo % TILE_STEP) % TILE_STEP  # first tile of this phase
     STEP_KEYS: tl.constexpr = TILE_STEP * BLOCK_N
-    blk = _tile_blocks(bt_row, lo_tile + t_lo * BLOCK_N, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
-    if BIAS_AHEAD or (KV_PREFETCH and FULL):
-        bias = _tile_bias(rel_row_ptr, stride_re, q_pos, lo_tile + t_lo * BLOCK_N, offs_n, REL_EXTENT, ASM_GATHER)
+    blk = _tile_blocks(offs, kv, lo_tile + t_lo * BLOCK_N, FACTS)
+    if BIAS_AHEAD or (FACTS[_KV_PREFETCH] and FULL):
+        bias = _tile_bias(rows, offs, rel, lo_tile + t_lo * BLOCK_N, FACTS)
     else:
         bias = 0.0  # gathered inside _attend_tile
-    if KV_PREFETCH:
+    if FACTS[_KV_PREFETCH]:
         j_first = lo_tile + t_lo * BLOCK_N
-        k, v = _attend_tile(
-            acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, j_first, kv_len,
-            stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
-            offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
-            KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=1, tile_ok=t_lo < t_hi, KV_EVICTION=KV_EVICTION,
-        )  # fmt: skip
-        blk = _tile_blocks(bt_row, j_first + STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N)
+        k, v = _attend_tile(acc, m_i, l_i, rows, offs, kv, rel, j_first, blk, bias, FACTS, FULL, True, KV_MODE=1, tile_ok=t_lo < t_hi)
+        blk = _tile_blocks(offs, kv, j_first + STEP_KEYS, FACTS)
         for t in tl.range(t_lo, t_hi, TILE_STEP):
             j0 = lo_tile + t * BLOCK_N
-            blk_after = _tile_blocks(
-                bt_row, j0 + 2 * STEP_KEYS, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-            )
+            blk_after = _tile_blocks(offs, kv, j0 + 2 * STEP_KEYS, FACTS)
             k_next, v_next = _attend_tile(
-                acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, j0 + STEP_KEYS, kv_len,
-                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
-                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
-                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=1, tile_ok=t + TILE_STEP < t_hi,
-                KV_EVICTION=KV_EVICTION,
+                acc, m_i, l_i, rows, offs, kv, rel, j0 + STEP_KEYS, blk, bias, FACTS, FULL, True, KV_MODE=1,
+                tile_ok=t + TILE_STEP < t_hi,
             )  # fmt: skip
             if FULL:
-                # band-masked even in interior tiles: the tile after the range may be anywhere
-                bias_next = _tile_bias(rel_row_ptr, stride_re, q_pos, j0 + STEP_KEYS, offs_n, REL_EXTENT, ASM_GATHER)
-            acc, m_i, l_i = _attend_tile(
-                acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, j0, kv_len,
-                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
-                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, True, ASM_GATHER,
-                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_MODE=2, k_in=k, v_in=v,
-                KV_EVICTION=KV_EVICTION,
-            )  # fmt: skip
+                # band-masked: the tile after the range may be anywhere
+                bias_next = _tile_bias(rows, offs, rel, j0 + STEP_KEYS, FACTS)
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, rows, offs, kv, rel, j0, blk, bias, FACTS, FULL, True, KV_MODE=2, k_in=k, v_in=v)
             k = k_next
             v = v_next
             blk = blk_after
@@ -330,72 +324,13 @@ def _tile_loop(
                 bias = bias_next
     else:
         for t in tl.range(t_lo, t_hi, TILE_STEP):
-            blk_next = _tile_blocks(
-                bt_row, lo_tile + (t + TILE_STEP) * BLOCK_N, max_blocks_per_seq, num_blocks, offs_n, PAGE, BLOCK_N
-            )
+            blk_next = _tile_blocks(offs, kv, lo_tile + (t + TILE_STEP) * BLOCK_N, FACTS)
             if BIAS_AHEAD:
-                bias_next = _tile_bias(
-                    rel_row_ptr, stride_re, q_pos, lo_tile + (t + TILE_STEP) * BLOCK_N, offs_n, REL_EXTENT, ASM_GATHER
-                )
-            acc, m_i, l_i = _attend_tile(
-                acc, m_i, l_i, q, blk, bias, k_ptr, v_ptr, lo_tile + t * BLOCK_N, kv_len,
-                stride_kb, stride_kp, stride_vb, stride_vp, rel_row_ptr, stride_re, q_pos, qk_scale,
-                offs_n, offs_d, PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, FULL, DOT_PRECISION, BIAS_AHEAD, ASM_GATHER,
-                KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT, INTERIOR, KV_EVICTION=KV_EVICTION,
-            )  # fmt: skip
+                bias_next = _tile_bias(rows, offs, rel, lo_tile + (t + TILE_STEP) * BLOCK_N, FACTS)
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, rows, offs, kv, rel, lo_tile + t * BLOCK_N, blk, bias, FACTS, FULL, BIAS_AHEAD)
             blk = blk_next
             if BIAS_AHEAD:
                 bias = bias_next
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _masked_tiles(
-    acc, m_i, l_i, q, t_lo, t_hi, lo_tile, qa_lo, qa_hi,
-    bt_row, kv_len, max_blocks_per_seq, num_blocks,
-    k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-    rel_row_ptr, stride_re, q_pos, qk_scale,
-    offs_n, offs_d,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, REL_EXTENT: tl.constexpr, WINDOW_LEFT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, BIAS_AHEAD: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr,
-    KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
-    t_phase, TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, KV_EVICTION: tl.constexpr = "",
-):  # fmt: skip
-    """Tiles [t_lo, t_hi) that need masks or the bias. With BAND_INTERIOR the interior band tiles
-    among them (keys <= every row's position, distances < E and inside the window for every row)
-    run without masks; the rest run masked."""
-    if BAND_INTERIOR:
-        if WINDOW_LEFT >= 0:
-            reach = tl.minimum(REL_EXTENT - 1, WINDOW_LEFT)
-        else:
-            reach = REL_EXTENT - 1
-        t_i0 = tl.minimum(tl.maximum(tl.cdiv(qa_hi - reach - lo_tile, BLOCK_N), t_lo), t_hi)
-        t_i1 = tl.minimum(tl.maximum((qa_lo + 1 - lo_tile) // BLOCK_N, t_i0), t_hi)
-    else:
-        t_i0 = t_hi
-        t_i1 = t_hi
-    acc, m_i, l_i = _tile_loop(
-        acc, m_i, l_i, q, t_lo, t_i0, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
-        k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-        rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-        PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-        t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
-    )  # fmt: skip
-    if BAND_INTERIOR:
-        acc, m_i, l_i = _tile_loop(
-            acc, m_i, l_i, q, t_i0, t_i1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
-            k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            True, t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
-        )  # fmt: skip
-        acc, m_i, l_i = _tile_loop(
-            acc, m_i, l_i, q, t_i1, t_hi, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
-            k_ptr, v_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, True, BIAS_AHEAD, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            t_phase=t_phase, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
-        )  # fmt: skip
     return acc, m_i, l_i
 
 
@@ -415,9 +350,9 @@ def rel_attn_fwd_kernel(
     NUM_SPLITS: tl.constexpr, SPLIT_KV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
-    PDL: tl.constexpr, BAND_INTERIOR: tl.constexpr, ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
-    TILE_STEP: tl.constexpr, KV_PREFETCH: tl.constexpr, ONE_MASKED_LOOP: tl.constexpr, DEFER_ROW_SUM: tl.constexpr,
-    KV_EVICTION: tl.constexpr,
+    ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
+    SPLIT_STRIDED: tl.constexpr, KV_PREFETCH: tl.constexpr, SINGLE_MASKED_LOOP: tl.constexpr,
+    KV_EVICT_FIRST: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
@@ -431,13 +366,23 @@ def rel_attn_fwd_kernel(
     and whose BLOCK_Q divides P1_BLOCK_Q, pass 1's tiling) starts from that state and runs every
     other tile: the window edge, the bias band and the diagonal.
 
-    DEFER_ROW_SUM: the softmax denominators are kept as a (BLOCK_M, BLOCK_N) tile of per-column
-    partial sums and reduced once at the end, instead of a row sum per tile (with 16-row tiles
-    the warps split the columns, so each row sum is a reduction across warps: three barriers).
+    BIAS_AHEAD, ASM_GATHER, SPLIT_STRIDED, KV_PREFETCH, SINGLE_MASKED_LOOP and KV_EVICT_FIRST are
+    the ``FwdConfig`` fields of the same names; ``triton_configs.fwd_constexprs`` gives every
+    constexpr of a launch.
     """
     BLOCK_Q: tl.constexpr = BLOCK_M // G_PAD
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()  # the combine may launch now; it waits for us to finish
+    if SPLIT_STRIDED:
+        TILE_STEP: tl.constexpr = NUM_SPLITS  # split s of S takes every S-th tile from tile s
+    else:
+        TILE_STEP: tl.constexpr = 1
+    if KV_EVICT_FIRST:
+        KV_EVICTION: tl.constexpr = "evict_first"
+    else:
+        KV_EVICTION: tl.constexpr = ""
+    FACTS: tl.constexpr = (
+        PAGE, BLOCK_N, HEAD_DIM, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
+        ASM_GATHER, BIAS_AHEAD, KV_PREFETCH, TILE_STEP, KV_EVICTION,
+    )  # positions _PAGE ... _KV_EVICTION
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest rows first (causal load balance)
     pid_split = tl.program_id(1)
     pid_bh = tl.program_id(2)
@@ -470,6 +415,10 @@ def rel_attn_fwd_kernel(
     k_head_ptr = k_ptr + kv_head.to(tl.int64) * stride_kh
     v_head_ptr = v_ptr + kv_head.to(tl.int64) * stride_vh
     bt_row = bt_ptr + req.to(tl.int64) * stride_bt
+    rows = (q, q_pos, qk_scale)
+    offs = (offs_n, offs_d)
+    kv = (k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp, bt_row, max_blocks_per_seq, num_blocks, kv_len)
+    rel = (rel_row_ptr, stride_re)
 
     # This program's rows and the tiling of their keys.
     last_tok = tl.minimum(q_len, (pid_m + 1) * BLOCK_Q) - 1
@@ -524,43 +473,21 @@ def rel_attn_fwd_kernel(
         m_i = lse
         l_i = tl.where(lse > float("-inf"), 1.0, 0.0)
         acc = o_prev.to(tl.float32)
-    if DEFER_ROW_SUM:
-        l_i = tl.where(offs_n[None, :] == 0, l_i[:, None], 0.0)  # the row sums, kept per column
 
     # A window inside E leaves no plain tile (a visible key is within WINDOW_LEFT < E of its row):
-    # then [ta0, ta1) and [tb0, tb1) are one contiguous range. With ONE_MASKED_LOOP it runs as one
+    # then [ta0, ta1) and [tb0, tb1) are one contiguous range. With SINGLE_MASKED_LOOP it runs as one
     # loop, so the kernel has no plain loop and one masked loop (and one pipeline prologue)
     # instead of two (FwdConfig.single_masked_loop).
-    BAND_ONLY: tl.constexpr = ONE_MASKED_LOOP and WINDOW_LEFT >= 0 and WINDOW_LEFT < REL_EXTENT
+    BAND_ONLY: tl.constexpr = SINGLE_MASKED_LOOP and WINDOW_LEFT >= 0 and WINDOW_LEFT < REL_EXTENT
     if PASS == 0 and BAND_ONLY:
         ta1 = tb1
     if PASS != 1:
-        acc, m_i, l_i = _masked_tiles(
-            acc, m_i, l_i, q, ta0, ta1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
-            k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            pid_split, TILE_STEP, KV_PREFETCH, KV_EVICTION,
-        )  # fmt: skip
+        acc, m_i, l_i = _tile_loop(acc, m_i, l_i, rows, offs, kv, rel, ta0, ta1, lo_tile, pid_split, FACTS, True)
     if PASS != 2 and not (PASS == 0 and BAND_ONLY):
-        acc, m_i, l_i = _tile_loop(
-            acc, m_i, l_i, q, tp0, tp1, lo_tile, bt_row, kv_len, max_blocks_per_seq, num_blocks,
-            k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, False, False, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            t_phase=pid_split, TILE_STEP=TILE_STEP, KV_PREFETCH=KV_PREFETCH, KV_EVICTION=KV_EVICTION,
-        )  # fmt: skip
+        acc, m_i, l_i = _tile_loop(acc, m_i, l_i, rows, offs, kv, rel, tp0, tp1, lo_tile, pid_split, FACTS, False)
     if PASS == 2 or (PASS == 0 and not BAND_ONLY):
-        acc, m_i, l_i = _masked_tiles(
-            acc, m_i, l_i, q, tb0, tb1, lo_tile, qa_lo, qa_hi, bt_row, kv_len, max_blocks_per_seq, num_blocks,
-            k_head_ptr, v_head_ptr, stride_kb, stride_kp, stride_vb, stride_vp,
-            rel_row_ptr, stride_re, q_pos, qk_scale, offs_n, offs_d,
-            PAGE, BLOCK_N, REL_EXTENT, WINDOW_LEFT, DOT_PRECISION, BIAS_AHEAD, BAND_INTERIOR, ASM_GATHER, KV_SAME_STRIDES, KV_ROW_I32, KV_SLOT_SHIFT,
-            pid_split, TILE_STEP, KV_PREFETCH, KV_EVICTION,
-        )  # fmt: skip
+        acc, m_i, l_i = _tile_loop(acc, m_i, l_i, rows, offs, kv, rel, tb0, tb1, lo_tile, pid_split, FACTS, True)
 
-    if DEFER_ROW_SUM:
-        l_i = tl.sum(l_i, 1)
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows that saw no key: acc is 0, result 0
     if SPLIT_KV or PASS == 1:
         lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
@@ -600,24 +527,8 @@ def _key_rows_fit_int32(key_cache: torch.Tensor, strides: tuple[int, ...] | None
     return key_cache.shape[0] * (block_stride // slot_stride) < 2**31
 
 
-def _slot_shift(slot_stride: int) -> int:
-    """``log2(slot_stride)`` when it is a power of two (the kernel's ``KV_SLOT_SHIFT``), else -1.
-
-    Equivalent Python: ``slot_stride.bit_length() - 1 if slot_stride & (slot_stride - 1) == 0 else -1``.
-    """
-    if slot_stride <= 0 or slot_stride & (slot_stride - 1):
-        return -1
-    return slot_stride.bit_length() - 1
-
-
 def launch_rel_attn_fwd(
-    q: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    rel_logits: torch.Tensor,
-    block_table: torch.Tensor,
-    cache_seqlens: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
+    args,
     out: torch.Tensor,
     *,
     softmax_scale: float,
@@ -629,10 +540,11 @@ def launch_rel_attn_fwd(
     part_lse: torch.Tensor | None = None,
     fwd_pass: int = 0,
     pass1_config: FwdConfig | None = None,
-    pdl: bool = False,
 ):
-    """Launch the forward kernel. Returns Triton's handle of the compiled kernel (None under the
-    interpreter).
+    """Launch the forward kernel on the call's tensors ``args`` (``q``, ``key_cache``,
+    ``value_cache``, ``block_table``, ``cache_seqlens``, ``cu_seqlens_q``, ``rel_logits``, read by
+    attribute: the dispatcher's ``RelAttnArgs``), writing ``out`` (T, Hq, D). Returns Triton's
+    handle of the compiled kernel (None under the interpreter).
 
     - ``fwd_pass=0``: every tile. With ``num_splits > 1`` it writes ``part_out`` (S, T, Hq, D) and
       ``part_lse`` (S, T, Hq) (fp32, caller-allocated) instead of ``out``.
@@ -640,65 +552,44 @@ def launch_rel_attn_fwd(
       ``part_lse`` (T, Hq) fp32.
     - ``fwd_pass=2``: the remaining tiles, resuming from pass 1, which ran with ``pass1_config``.
 
-    ``pdl``: let the next kernel on the stream (the combine) launch early, as a programmatic
-    dependent (CUDA, Hopper and newer).
+    The compile-time constants come from :func:`~inkling_ops.kernels.triton_configs.fwd_constexprs`.
 
     Equivalent PyTorch: ``inkling_ops.reference.rel_attn_reference`` (for num_splits == 1, and
     for pass 1 followed by pass 2).
     """
+    q, key_cache, value_cache, rel_logits = args.q, args.key_cache, args.value_cache, args.rel_logits
+    block_table, cache_seqlens, cu_seqlens_q = args.block_table, args.cache_seqlens, args.cu_seqlens_q
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_blocks, page, num_kv_heads, _ = key_cache.shape
-    group = num_heads // num_kv_heads
-    g_pad = next_pow2(group)
-    block_m = max(config.block_m, g_pad)
-    block_q = block_m // g_pad
-    num_reqs = cache_seqlens.shape[0]
-    split = num_splits > 1
-    if config.kv_prefetch and config.num_stages != 1:
-        raise ValueError(
-            f"config has kv_prefetch=True with num_stages={config.num_stages}; expected num_stages=1 (the loop "
-            "prefetches K/V itself, and Triton's pipeliner must stay off)"
-        )
-    p1_block_q, p1_block_n = 1, 1
-    if split:
-        if fwd_pass != 0:
-            raise ValueError(f"fwd_pass={fwd_pass} with num_splits={num_splits}: split-KV runs in one pass")
+    # one stride() call per tensor (each costs host time)
+    k_strides, v_strides, r_strides = key_cache.stride(), value_cache.stride(), rel_logits.stride()
+    same_strides = k_strides[:2] == v_strides[:2]
+    row_i32 = same_strides and _key_rows_fit_int32(key_cache, k_strides)
+    constexprs = fwd_constexprs(
+        config, group=num_heads // num_kv_heads, head_dim=head_dim, num_kv_heads=num_kv_heads, page_size=page,
+        rel_extent=rel_logits.shape[2], window_left=window_left, num_splits=num_splits, fwd_pass=fwd_pass,
+        pass1_config=pass1_config, fp32=q.dtype == torch.float32, ptx_gather=_can_run_ptx(rel_logits),
+        kv_same_strides=same_strides, kv_row_i32=row_i32, kv_slot_stride=k_strides[1],
+    )  # fmt: skip
+    if num_splits > 1:
         p_out, p_lse = part_out, part_lse
         p_strides = p_lse.stride()
     elif fwd_pass in (1, 2):
         p_out, p_lse = out, part_lse  # p_out unused
         p_strides = (0, *p_lse.stride())
-        if fwd_pass == 2:
-            p1_block_q = max(pass1_config.block_m, g_pad) // g_pad
-            p1_block_n = pass1_config.block_n
-            if p1_block_q % (block_m // g_pad) or p1_block_n % config.block_n:
-                raise ValueError(
-                    f"config's tiles ({block_m // g_pad} tokens, {config.block_n} keys) must divide "
-                    f"pass1_config's ({p1_block_q} tokens, {p1_block_n} keys) in a two-pass prefill"
-                )
     else:
         p_out = p_lse = out  # unused
         p_strides = (0, 0, 0)
-    # one stride() call per tensor (each costs ~1 us of host time)
-    k_strides, v_strides, r_strides = key_cache.stride(), value_cache.stride(), rel_logits.stride()
-    same_strides = k_strides[:2] == v_strides[:2]
-    row_i32 = same_strides and _key_rows_fit_int32(key_cache, k_strides)
-    grid = ((max_seqlen_q + block_q - 1) // block_q, num_splits, num_reqs * num_kv_heads)
-    args = (
+    block_q = constexprs.BLOCK_M // constexprs.G_PAD
+    grid = ((max_seqlen_q + block_q - 1) // block_q, num_splits, cache_seqlens.shape[0] * num_kv_heads)
+    kernel_args = (
         q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out, p_out, p_lse,
         softmax_scale * LOG2E, q.shape[0], num_blocks, block_table.shape[1],
         *q.stride()[:2], *k_strides[:3], *v_strides[:3], *r_strides[:3], *out.stride()[:2], block_table.stride(0),
         *p_strides,
-        # constexprs, in signature order
-        group, g_pad, head_dim, num_kv_heads, page, rel_logits.shape[2], window_left, num_splits, split,
-        block_m, config.block_n, "ieee" if q.dtype == torch.float32 else "tf32",
-        fwd_pass, p1_block_q, p1_block_n, config.bias_ahead, pdl, config.band_interior,
-        config.asm_gather and _can_run_ptx(rel_logits),
-        same_strides, row_i32, _slot_shift(k_strides[1]) if row_i32 else -1,
-        num_splits if split and config.split_strided else 1, config.kv_prefetch, config.single_masked_loop,
-        config.deferred_row_sum, config.kv_eviction_policy,
+        *constexprs,  # in signature order
     )  # fmt: skip
-    return _launch(grid, args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
+    return _launch(grid, kernel_args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
 
 
 _launch = CachedLauncher(rel_attn_fwd_kernel)

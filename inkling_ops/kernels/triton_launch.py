@@ -6,9 +6,10 @@ what Triton specializes on: constexpr values, tensor dtypes and 16-byte alignmen
 type of each int and, for ints Triton specializes, whether it is 1 or a multiple of 16. A
 miss (a new variant) goes through Triton's normal path, which compiles and caches as usual.
 
-Building that key walks every argument in Python (~9 us for the forward kernel's 57 on a fast
-host, ~29 on the H200's). A first, finer key is cheaper: other arguments by value (and type),
-pointers by dtype and address modulo 16 (3 us); it maps straight to the compiled kernel.
+Building that key walks every argument in Python (several microseconds for the forward
+kernel's 57). A first, finer key is cheaper to build: other arguments by value (and type),
+pointers by dtype and address modulo 16; it maps straight to the compiled kernel (timings in
+meta/TUNING.md).
 Under ``TRITON_INTERPRET=1`` there is nothing compiled to keep and every call goes through
 Triton.
 """
@@ -25,7 +26,7 @@ _SCALARS = frozenset((int, float, bool, type(None)))
 
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1). ``triton.next_power_of_2`` computes the
-    same, but as a Triton constexpr function it costs ~4 us per call from host code."""
+    same, but as a Triton constexpr function it costs several microseconds per call from host code."""
     return 1 << max(0, n - 1).bit_length()
 
 
@@ -40,10 +41,10 @@ def _getter(indices: list[int]):
 
 
 class CachedLauncher:
-    """``launcher(grid, args, num_warps=, num_stages=, launch_pdl=False, maxnreg=None)``, args
-    positional in signature order. ``launch_pdl`` (programmatic dependent launch) and ``maxnreg``
-    (a cap on registers per thread, so more programs fit on an SM) are compile options in Triton,
-    so they are part of the cache key; under the interpreter they are dropped."""
+    """``launcher(grid, args, num_warps=, num_stages=, maxnreg=None)``, args positional in
+    signature order. ``maxnreg`` (a cap on registers per thread, so more programs fit on an SM)
+    is a compile option in Triton, so it is part of the cache key; under the interpreter it is
+    dropped."""
 
     def __init__(self, kernel):
         self.kernel = kernel
@@ -67,7 +68,7 @@ class CachedLauncher:
         self._compiled: dict[tuple, object] = {}
         self._by_fast_key: dict[tuple, object] = {}
 
-    def _fast_key(self, args: tuple, num_warps: int, num_stages: int, launch_pdl: bool, maxnreg) -> tuple:
+    def _fast_key(self, args: tuple, num_warps: int, num_stages: int, maxnreg) -> tuple:
         """A key at least as fine as Triton's specialization, cheaper to build than :meth:`_key`:
         other arguments (strides, sizes, scales) enter by value and type, so two calls share a key
         only if Triton would see the same values; pointers by dtype and address modulo 16;
@@ -80,13 +81,13 @@ class CachedLauncher:
             raise TypeError("a tensor (or another object) outside the *_ptr parameters")
         dns = self._dns_ints(args)
         return (
-            num_warps, num_stages, launch_pdl, maxnreg, self._constexprs(args), values, value_types,
+            num_warps, num_stages, maxnreg, self._constexprs(args), values, value_types,
             tuple([(t.dtype, t.data_ptr() & 15) for t in self._pointers(args)]),
             tuple(map(type, dns)), tuple([_I32[0] <= a <= _I32[1] for a in dns]),
         )  # fmt: skip
 
-    def _key(self, args: tuple, num_warps: int, num_stages: int, launch_pdl: bool, maxnreg) -> tuple:
-        key = [num_warps, num_stages, launch_pdl, maxnreg]
+    def _key(self, args: tuple, num_warps: int, num_stages: int, maxnreg) -> tuple:
+        key = [num_warps, num_stages, maxnreg]
         for kind, arg in zip(self._kinds, args):
             if kind == "constexpr":
                 key.append(arg)
@@ -100,23 +101,19 @@ class CachedLauncher:
                 key.append((_I32[0] <= arg <= _I32[1], arg == 1, arg % 16 == 0))
         return tuple(key)
 
-    def __call__(
-        self, grid: tuple, args: tuple, *, num_warps: int, num_stages: int, launch_pdl: bool = False, maxnreg=None
-    ):
+    def __call__(self, grid: tuple, args: tuple, *, num_warps: int, num_stages: int, maxnreg=None):
         if self._kinds is None or len(args) != len(self._kinds):
             return self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages)
         try:
-            fast_key = self._fast_key(args, num_warps, num_stages, launch_pdl, maxnreg)
+            fast_key = self._fast_key(args, num_warps, num_stages, maxnreg)
         except (AttributeError, TypeError):
             fast_key = None
         compiled = self._by_fast_key.get(fast_key) if fast_key is not None else None
         if compiled is None:
-            key = self._key(args, num_warps, num_stages, launch_pdl, maxnreg)
+            key = self._key(args, num_warps, num_stages, maxnreg)
             compiled = self._compiled.get(key)
             if compiled is None:
-                options = dict(launch_pdl=True) if launch_pdl else {}
-                if maxnreg is not None:
-                    options["maxnreg"] = maxnreg
+                options = {} if maxnreg is None else dict(maxnreg=maxnreg)
                 compiled = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **options)
                 if hasattr(compiled, "run") and hasattr(compiled, "function"):
                     self._compiled[key] = compiled

@@ -1,13 +1,15 @@
 """Tune the Triton backend on a GPU: launch configs for prefill, split counts for decode.
 
-    python -m inkling_ops.tuning [--out DIR] [--quick] [--kind prefill|decode] [--splits 2,4,256]
+    python meta/tools/tuning.py [--out DIR] [--quick] [--kind prefill|decode] [--splits 2,4,256]
 
 For each anchor case it times candidate launch configurations (prefill, ``triton.testing.do_bench``)
 and split counts (decode, CUDA-graph replay) as medians with the L2 flushed, checks every candidate's output
 against the default configuration's, prints a table, and appends one JSON line per candidate
-to ``meta/tuning_records.jsonl`` (and to ``DIR`` when given), with the GPU, versions, git SHA
+to ``meta/tuning_records.jsonl`` of this checkout (and to ``DIR`` when given), with the GPU, versions, git SHA
 and the command line. The chosen values are then written by hand into
-``inkling_ops/kernels/triton_configs.py`` and ``TRITON_SPLIT_POLICY``.
+``inkling_ops/kernels/triton_configs.py`` and ``TRITON_SPLIT_POLICY``. A lab tool, not part of
+the package: it registers nothing with the dispatcher, it calls the Triton backend's
+``run_triton`` with each candidate.
 """
 
 from __future__ import annotations
@@ -19,11 +21,16 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+#: The repository root: run as ``python meta/tools/tuning.py``, this checkout's ``inkling_ops`` is imported.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
 
-from .benchmark import git_state
-from .kernels.triton_configs import FwdConfig
-from .testing import make_case
+import torch  # noqa: E402
+
+from inkling_ops.benchmark import git_state  # noqa: E402
+from inkling_ops.kernels.triton_configs import FwdConfig  # noqa: E402
+from inkling_ops.testing import make_case  # noqa: E402
 
 PREFILL_CASES = {
     "prefill8k_global": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=1, rel_extent=1024),
@@ -62,8 +69,6 @@ PREFILL_CONFIGS = [
     # Not yet timed.
     FwdConfig(64, 64, 4, 2, plain=FwdConfig(128, 64, 8, 4), bias_ahead=True),
     FwdConfig(64, 64, 4, 2, plain=FwdConfig(128, 64, 8, 5), bias_ahead=True),  # four in flight
-    # Interior band tiles without masks.
-    FwdConfig(64, 32, 4, 3, plain=_PLAIN, band_interior=True),
 ]
 DECODE_CONFIGS = [
     FwdConfig(16, 64, 4, 2, asm_gather=False),  # the default for windows inside E up to 9d7a5c1
@@ -73,10 +78,9 @@ DECODE_CONFIGS = [
     FwdConfig(16, 64, 4, 2),  # inline-PTX gather, the default at 27741fa
     FwdConfig(16, 64, 4, 3, asm_gather=False),
     FwdConfig(16, 128, 4, 2, asm_gather=False),
-    # The bias one tile ahead; the combine as a programmatic dependent launch.
+    # The bias one tile ahead.
     FwdConfig(16, 64, 4, 2, asm_gather=False, bias_ahead=True),
     FwdConfig(16, 128, 4, 2, asm_gather=False, bias_ahead=True),
-    FwdConfig(16, 64, 4, 2, asm_gather=False, pdl=True),
     # Strided splits (the bias band shared out among the splits); K/V loaded a tile ahead into
     # registers (one stage: Triton's own pipelining off).
     FwdConfig(16, 64, 4, 2, asm_gather=False, split_strided=True),
@@ -105,15 +109,15 @@ def default_output(case) -> torch.Tensor:
 
 
 def command_line(argv: list[str]) -> str:
-    """The command that made a record, from ``sys.argv``: ``python3 -m inkling_ops.tuning ...``
+    """The command that made a record, from ``sys.argv``: ``python3 meta/tools/tuning.py ...``
     for the tuner, ``python3 scripts/NAME.py ...`` for a sweep script that records through it.
 
-    Equivalent Python: ``"python3 " + (" ".join(["-m inkling_ops.tuning", *argv[1:]]) if the tuner else " ".join(argv))``
-    with the script's path shown from ``scripts/``.
+    Equivalent Python: ``"python3 " + " ".join(["meta/tools/tuning.py" if the tuner else argv[0], *argv[1:]])``
+    with a sweep script's path shown from ``scripts/``.
     """
     script = Path(argv[0]) if argv else Path("-m")
-    if script.name == "tuning.py" and script.parent.name == "inkling_ops" or not argv or argv[0] == "-m":
-        program = ["-m", "inkling_ops.tuning"]
+    if script.name == "tuning.py" and script.parent.name == "tools" or not argv or argv[0] == "-m":
+        program = ["meta/tools/tuning.py"]
     elif script.parent.name == "scripts":
         program = [f"scripts/{script.name}"]
     else:
@@ -138,7 +142,7 @@ def _environment() -> dict:
 def _time(fn, quick: bool, graph: bool) -> float:
     """Median ms: do_bench (L2 flushed), or with ``graph`` CUDA-graph replay (L2 flushed), which
     keeps the host's launch cost out of short decode timings."""
-    from .benchmark import TimingConfig, time_cuda_graph, time_do_bench
+    from inkling_ops.benchmark import TimingConfig, time_cuda_graph, time_do_bench
 
     cfg = TimingConfig(warmup_ms=10 if quick else 25, rep_ms=30 if quick else 100, graph_reps=50 if quick else 100)
     return time_cuda_graph(fn, cfg, torch.device("cuda")) if graph else time_do_bench(fn, cfg)
@@ -152,14 +156,11 @@ def _measure(case, expected, name, kind, page, splits, config, quick, env) -> di
                 block_n=config.block_n, num_warps=config.num_warps, num_stages=config.num_stages,
                 plain=None if config.plain is None else [config.plain.block_m, config.plain.block_n, config.plain.num_warps, config.plain.num_stages],
                 bias_ahead=config.bias_ahead,
-                pdl=config.pdl,
-                band_interior=config.band_interior,
                 asm_gather=config.asm_gather,
                 max_registers=config.max_registers,
                 split_strided=config.split_strided,
                 kv_prefetch=config.kv_prefetch,
                 single_masked_loop=config.single_masked_loop,
-                deferred_row_sum=config.deferred_row_sum,
                 kv_evict_first=config.kv_evict_first,
                 timing="cuda_graph" if kind == "decode" else "do_bench")  # fmt: skip
     t0 = time.perf_counter()
@@ -221,10 +222,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kind", choices=["prefill", "decode"], default=None, help="only this kind of case")
     parser.add_argument("--splits", default=",".join(map(str, SPLITS)), help="decode split counts to sweep")
     parser.add_argument("--out", default=None, help="also write records here")
-    parser.add_argument("--record", default="meta/tuning_records.jsonl")
+    parser.add_argument("--record", default=str(REPO_ROOT / "meta" / "tuning_records.jsonl"))
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("inkling_ops.tuning needs a CUDA device")
+        raise SystemExit("meta/tools/tuning.py needs a CUDA device")
     splits = [int(s) for s in args.splits.split(",")]
     kinds = (args.kind,) if args.kind else ("prefill", "decode")
     records = tune([int(p) for p in args.page_sizes.split(",")], args.quick, args.only, splits, kinds)

@@ -1,9 +1,9 @@
 """Run one tuning case a few times with the Triton backend, for a profiler to attach to.
 
     ncu --clock-control none -k regex:rel_attn --launch-skip 2 --launch-count 1 \\
-        --section SpeedOfLight python -m inkling_ops.profile_case prefill8k_global --page 128
+        --section SpeedOfLight python meta/tools/profile_case.py prefill8k_global --page 128
 
-Builds the case of :mod:`inkling_ops.tuning` (bf16, head_dim 128) on the GPU and calls the
+Builds the case of ``meta/tools/tuning.py`` (bf16, head_dim 128) on the GPU and calls the
 kernels ``--calls`` times with the default configuration (or ``--config bm,bn,warps,stages``)
 and ``--splits`` (default 1). Prints nothing but a line at the end; timing is the profiler's job.
 The logs under ``meta/logs/ncu_*`` were made this way.
@@ -12,11 +12,16 @@ The logs under ``meta/logs/ncu_*`` were made this way.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-import torch
+# Run as ``python meta/tools/profile_case.py``: its sibling ``tuning`` and this checkout's inkling_ops.
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
 
-from .kernels.triton_configs import FwdConfig
-from .tuning import DECODE_CASES, PREFILL_CASES, tuning_case
+import torch  # noqa: E402
+from tuning import DECODE_CASES, PREFILL_CASES, tuning_case  # noqa: E402
+
+from inkling_ops.kernels.triton_configs import FwdConfig  # noqa: E402
 
 
 def _config_arg(text: str) -> FwdConfig:
@@ -41,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=3)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("inkling_ops.profile_case needs a CUDA device")
+        raise SystemExit("meta/tools/profile_case.py needs a CUDA device")
     kwargs = cases[args.case]
     case = tuning_case(kwargs, args.page)
     if args.config:

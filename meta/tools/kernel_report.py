@@ -1,6 +1,6 @@
 """Compile the Triton forward kernel for sm_90 without a GPU and report what the compiler made.
 
-    python -m inkling_ops.kernel_report            # every default configuration of the anchors
+    python meta/tools/kernel_report.py            # every default configuration of the anchors
 
 With ``--sass`` it also prints a digest of each variant's machine code, to tell whether a source
 change altered what runs. For each variant it prints registers per thread, stack bytes (spills),
@@ -22,10 +22,16 @@ import argparse
 import inspect
 import re
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
-from .kernels.triton_configs import FwdConfig, fwd_config
+# Run as ``python meta/tools/kernel_report.py``: this checkout's inkling_ops.
+if str(Path(__file__).resolve().parents[2]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from inkling_ops.kernels.triton_configs import FwdConfig, fwd_config, fwd_constexprs  # noqa: E402
 
 #: Arguments Triton does not specialize (``do_not_specialize``, and floats).
 _UNSPECIALIZED = {"num_tokens", "num_blocks", "num_reqs", "qk_scale"}
@@ -69,28 +75,17 @@ def compile_fwd_sm90(
     pass1_config: FwdConfig | None = None,
 ):
     """Triton's compiled kernel (not loaded on any device) for one variant of the forward kernel."""
-    import triton
+    from inkling_ops.kernels.triton_fwd import rel_attn_fwd_kernel
 
-    from .kernels.triton_fwd import rel_attn_fwd_kernel
-
-    g_pad = triton.next_power_of_2(group)
-    block_m = max(config.block_m, g_pad)
-    p1_block_q = max(pass1_config.block_m, g_pad) // g_pad if fwd_pass == 2 else 1
-    constexprs = dict(
-        G=group, G_PAD=g_pad, HEAD_DIM=head_dim, NUM_KV_HEADS=1, PAGE=page, REL_EXTENT=rel_extent,
-        WINDOW_LEFT=window_left, NUM_SPLITS=num_splits, SPLIT_KV=num_splits > 1, BLOCK_M=block_m,
-        BLOCK_N=config.block_n, DOT_PRECISION="tf32", PASS=fwd_pass, P1_BLOCK_Q=p1_block_q,
-        P1_BLOCK_N=pass1_config.block_n if fwd_pass == 2 else 1, BIAS_AHEAD=config.bias_ahead,
-        PDL=config.pdl and num_splits > 1, BAND_INTERIOR=config.band_interior, ASM_GATHER=config.asm_gather,
-        KV_SAME_STRIDES=True, KV_ROW_I32=True, KV_SLOT_SHIFT=(head_dim.bit_length() - 1),  # 1 KV head: slot stride D
-        TILE_STEP=num_splits if num_splits > 1 and config.split_strided else 1, KV_PREFETCH=config.kv_prefetch,
-        ONE_MASKED_LOOP=config.single_masked_loop, DEFER_ROW_SUM=config.deferred_row_sum,
-        KV_EVICTION=config.kv_eviction_policy,
-    )  # fmt: skip
+    # One KV head (slot stride head_dim), K and V laid out alike, int32 key rows: the anchors.
+    constexprs = fwd_constexprs(
+        config, group=group, head_dim=head_dim, num_kv_heads=1, page_size=page, rel_extent=rel_extent,
+        window_left=window_left, num_splits=num_splits, fwd_pass=fwd_pass, pass1_config=pass1_config,
+    )._asdict()  # fmt: skip
     params = list(inspect.signature(rel_attn_fwd_kernel.fn).parameters)
     missing = [p for p in params if p.isupper() and p not in constexprs]
     if missing:
-        raise ValueError(f"kernel_report does not know the constexprs {missing}; update compile_fwd_sm90")
+        raise ValueError(f"fwd_constexprs does not give the kernel's constexprs {missing}")
     return _compile_sm90(
         rel_attn_fwd_kernel, constexprs,
         pointer_types=dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", bt_ptr="*i32", seqlens_ptr="*i32", cu_ptr="*i32"),
@@ -99,18 +94,18 @@ def compile_fwd_sm90(
     )  # fmt: skip
 
 
-def compile_combine_sm90(*, num_splits: int, head_dim: int = 128, pdl: bool = False):
+def compile_combine_sm90(*, num_splits: int, head_dim: int = 128):
     """Triton's compiled split-KV combine kernel for sm_90 (not loaded on any device)."""
-    from .kernels.triton_combine import combine_blocks, rel_attn_combine_kernel
+    from inkling_ops.kernels.triton_combine import combine_blocks, rel_attn_combine_kernel
 
     splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
     constexprs = dict(
-        HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl
+        HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_S=block_s, BLOCK_D=block_d
     )
     return _compile_sm90(
         rel_attn_combine_kernel, constexprs,
         pointer_types=dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", cu_ptr="*i32"),
-        options=dict(num_warps=4, num_stages=2, launch_pdl=pdl),
+        options=dict(num_warps=4, num_stages=2),
     )  # fmt: skip
 
 

@@ -1,0 +1,34 @@
+"""The lab tools under ``meta/tools/`` (the tuner, the kernel report), loaded by path for the tests
+that use them: they are not part of the ``inkling_ops`` package.
+
+    from lab_tools import load_tool
+    tuning = load_tool("tuning")
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+TOOLS_DIR = Path(__file__).resolve().parents[1] / "meta" / "tools"
+
+
+def load_tool(name: str):
+    """The module ``meta/tools/<name>.py``, imported once (kept in ``sys.modules`` as
+    ``lab_tools.<name>``)."""
+    key = f"lab_tools.{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    path = TOOLS_DIR / f"{name}.py"
+    if not path.is_file():
+        raise ValueError(f"name={name!r}: no lab tool {path}")
+    spec = importlib.util.spec_from_file_location(key, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[key]
+        raise
+    return module
