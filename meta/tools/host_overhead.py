@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import statistics
 import sys
@@ -30,10 +29,8 @@ import time
 from pathlib import Path
 from unittest import mock
 
-#: Root of the repository (this file is <root>/meta/tools/host_overhead.py).
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # run as ``python meta/tools/host_overhead.py``: import this checkout's inkling_ops
-    sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab import REPO_ROOT, benchmark_module  # noqa: E402  (puts this checkout's inkling_ops on sys.path)
 
 import torch  # noqa: E402
 
@@ -50,17 +47,6 @@ _PROBE_SCHEMA = (
     "float softmax_scale, int[2] window_size=[-1, -1], bool causal=True, int num_splits=0, str? backend=None, "
     "Tensor(a!) out) -> ()"
 )
-
-
-def _benchmark_module():
-    """meta/bench/benchmark.py (for ``git_state``), loaded by path: meta/ is not a package."""
-    name = "inkling_lab_benchmark"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "meta" / "bench" / "benchmark.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 @contextlib.contextmanager
@@ -171,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls per batch (default 2000; the calls that run kernels use 15%% of it)")
     args = parser.parse_args(argv)
     results = measure(args.device, calls=args.calls)
-    sha = _benchmark_module().git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
+    sha = benchmark_module().git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
     record = dict(
         results,
         device=args.device,

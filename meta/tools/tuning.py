@@ -21,14 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-#: The repository root: run as ``python meta/tools/tuning.py``, this checkout's ``inkling_ops`` is imported.
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab import REPO_ROOT, benchmark_module  # noqa: E402  (puts this checkout's inkling_ops on sys.path)
 
 import torch  # noqa: E402
 
-from inkling_ops.benchmark import git_state  # noqa: E402
 from inkling_ops.kernels.triton_configs import FwdConfig  # noqa: E402
 from inkling_ops.testing import make_case  # noqa: E402
 
@@ -128,7 +125,7 @@ def command_line(argv: list[str]) -> str:
 def _environment() -> dict:
     import triton
 
-    sha = git_state(None)[0] or "unknown"  # export $INKLING_GIT_SHA on the GPU machine (its copy of the tree has no usable .git)
+    sha = benchmark_module().git_state(None)[0] or "unknown"  # export $INKLING_GIT_SHA on the GPU machine (its copy of the tree has no usable .git)
     return {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -142,7 +139,8 @@ def _environment() -> dict:
 def _time(fn, quick: bool, graph: bool) -> float:
     """Median ms: do_bench (L2 flushed), or with ``graph`` CUDA-graph replay (L2 flushed), which
     keeps the host's launch cost out of short decode timings."""
-    from inkling_ops.benchmark import TimingConfig, time_cuda_graph, time_do_bench
+    bench = benchmark_module()
+    TimingConfig, time_cuda_graph, time_do_bench = bench.TimingConfig, bench.time_cuda_graph, bench.time_do_bench
 
     cfg = TimingConfig(warmup_ms=10 if quick else 25, rep_ms=30 if quick else 100, graph_reps=50 if quick else 100)
     return time_cuda_graph(fn, cfg, torch.device("cuda")) if graph else time_do_bench(fn, cfg)
