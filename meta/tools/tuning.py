@@ -93,7 +93,7 @@ def candidates() -> list[tuple[str, FwdConfig]]:
 
 
 def tuning_case(kwargs: dict, page_size: int, device: str = "cuda"):
-    """One sweep case as every GPU tool here builds it (tuner, ``profile_case``, ``scripts/``):
+    """One sweep case as every GPU tool here builds it (the tuner and ``profile_case``):
     ``make_case(**kwargs)`` in bf16, head_dim 128, ``page_size``-key pages, no spare blocks."""
     return make_case(**kwargs, head_dim=128, page_size=page_size, dtype=torch.bfloat16, device=device, spare_blocks=0)
 
@@ -107,19 +107,13 @@ def default_output(case) -> torch.Tensor:
 
 def command_line(argv: list[str]) -> str:
     """The command that made a record, from ``sys.argv``: ``python3 meta/tools/tuning.py ...``
-    for the tuner, ``python3 scripts/NAME.py ...`` for a sweep script that records through it.
+    for the tuner (however it was started), the script's own path for another caller.
 
-    Equivalent Python: ``"python3 " + " ".join(["meta/tools/tuning.py" if the tuner else argv[0], *argv[1:]])``
-    with a sweep script's path shown from ``scripts/``.
+    Equivalent Python: ``"python3 " + " ".join(["meta/tools/tuning.py" if the tuner else argv[0], *argv[1:]])``.
     """
     script = Path(argv[0]) if argv else Path("-m")
-    if script.name == "tuning.py" and script.parent.name == "tools" or not argv or argv[0] == "-m":
-        program = ["meta/tools/tuning.py"]
-    elif script.parent.name == "scripts":
-        program = [f"scripts/{script.name}"]
-    else:
-        program = [str(script)]
-    return " ".join(["python3", *program, *argv[1:]])
+    tuner = not argv or argv[0] == "-m" or (script.name == "tuning.py" and script.parent.name == "tools")
+    return " ".join(["python3", "meta/tools/tuning.py" if tuner else str(script), *argv[1:]])
 
 
 def _environment() -> dict:
