@@ -1,0 +1,92 @@
+"""Strict mode: no kernel compiles on the hot path.
+
+A serving process warms every compile key of its configuration first (:mod:`inkling_ops.warmup`),
+then turns strict mode on. From then on a call whose kernels are neither in memory nor in the
+persistent cache raises :class:`StrictCompileError` instead of compiling, naming the key and what
+about it was not warmed.
+
+    with inkling_ops.strict_compiles():
+        serve()
+    # or INKLING_OPS_STRICT=1 in the environment (read at import)
+
+A backend calls :func:`check_compile` just before it would compile a key. This module imports
+nothing else of the package, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Iterator
+
+_state = {"strict": os.environ.get("INKLING_OPS_STRICT", "0") not in ("", "0")}
+#: keys a warmup has compiled or loaded in this process, by backend name (for the error's hint)
+_warmed: dict[str, set] = {}
+
+
+class StrictCompileError(RuntimeError):
+    """A compile was needed on the hot path while strict mode was on."""
+
+
+def is_strict() -> bool:
+    """Whether strict mode is on."""
+    return _state["strict"]
+
+
+def set_strict(enabled: bool) -> None:
+    """Turn strict mode on or off for the whole process."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"set_strict: argument 'enabled' must be a bool, got {type(enabled).__name__}")
+    _state["strict"] = enabled
+
+
+@contextlib.contextmanager
+def strict_compiles(enabled: bool = True) -> Iterator[None]:
+    """Strict mode on (or off) inside the block; the previous setting comes back after it."""
+    previous = _state["strict"]
+    set_strict(enabled)
+    try:
+        yield
+    finally:
+        _state["strict"] = previous
+
+
+def note_warmed(backend: str, keys: Iterable) -> None:
+    """Record keys that a warmup compiled or loaded (they feed the hint of the error)."""
+    _warmed.setdefault(backend, set()).update(keys)
+
+
+def warmed_keys(backend: str) -> frozenset:
+    """The keys :func:`note_warmed` recorded for ``backend`` in this process."""
+    return frozenset(_warmed.get(backend, ()))
+
+
+def nearest_difference(key, known: Iterable) -> str:
+    """``"field=value (warmed: value)"`` for the fields in which ``key`` differs from the closest of
+    ``known`` (fewest differing fields), or a note that nothing was warmed. Keys are dataclasses."""
+    known = list(known)
+    if not known:
+        return "no key of this backend was warmed in this process"
+    fields = [f.name for f in dataclasses.fields(key)]
+
+    def differing(other) -> list[str]:
+        return [f for f in fields if getattr(key, f) != getattr(other, f)]
+
+    closest = min(known, key=lambda other: len(differing(other)))
+    return ", ".join(f"{f}={getattr(key, f)!r} (warmed: {getattr(closest, f)!r})" for f in differing(closest))
+
+
+def check_compile(backend: str, key, describe: Callable[[], str] | None = None) -> None:
+    """Raise :class:`StrictCompileError` if strict mode is on; a backend calls this before it compiles ``key``.
+
+    ``describe``: an optional function returning more about the call (shapes), for the message.
+    """
+    if not _state["strict"]:
+        return
+    detail = f"; the call: {describe()}" if describe is not None else ""
+    raise StrictCompileError(
+        f"inkling::rel_attn: strict mode is on and backend {backend!r} would compile {key} on the hot path. "
+        f"Not warmed: {nearest_difference(key, warmed_keys(backend))}{detail}. Warm this configuration first "
+        "(inkling_ops.warmup / python -m inkling_ops warmup) or leave strict mode (INKLING_OPS_STRICT=0)."
+    )
