@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 #: Page sizes of the GPU forms unless a case says otherwise.
 GPU_PAGES = (16, 64, 128)
-#: Split counts forced on CPU for backends that split (0: the heuristic's choice).
-CPU_SPLITS = (0, 1, 3)
+#: Split counts forced on CPU, beside the heuristic's choice, on the cases a backend splits
+#: (short queries: its split policy's max_split_q).
+CPU_FORCED_SPLITS = (1, 3)
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,11 @@ CASES = [
        dict(q_lens=[1500, 7], kv_lens=[1500, 7], num_heads=8, num_kv_heads=1, rel_extent=1024)),
     # Inkling's sliding layers: window 511 with E 512 (CPU: 31 with 32)
     _c("sliding_w_E_minus_1_g4",
-       dict(q_lens=[50], kv_lens=[260], rel_extent=32, window_left=31, num_heads=8, num_kv_heads=2),
+       dict(q_lens=[40], kv_lens=[200], rel_extent=32, window_left=31, num_heads=8, num_kv_heads=2),
        dict(q_lens=[1300], kv_lens=[1300], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511)),
     # prefill chunks (q_len < kv_len) and decodes mixed in one call
     _c("chunks_and_decodes_g8",
-       dict(q_lens=[40, 17, 1, 1], kv_lens=[90, 60, 33, 1], num_heads=8, num_kv_heads=1, rel_extent=24),
+       dict(q_lens=[24, 9, 1, 1], kv_lens=[90, 40, 33, 1], num_heads=8, num_kv_heads=1, rel_extent=24),
        dict(q_lens=[300, 129, 1], kv_lens=[2000, 700, 1500], num_heads=16, num_kv_heads=2, rel_extent=1024)),
     _c("chunks_and_decodes_sliding_g4_packed",
        dict(q_lens=[40, 2, 1], kv_lens=[90, 33, 70], window_left=15, rel_extent=16, num_heads=8, num_kv_heads=2,
@@ -60,11 +61,12 @@ CASES = [
     _c("decode_E_lt_kv_g8",
        dict(q_lens=[1, 1, 1], kv_lens=[300, 7, 64], rel_extent=16, num_heads=8, num_kv_heads=1),
        dict(q_lens=[1] * 5, kv_lens=[3000, 17, 1024, 1025, 2], num_heads=64, num_kv_heads=8, rel_extent=1024),
-       gpu_splits=(1, 2, 7, 64)),
-    # decode with E larger than every kv_len, page 64
+       gpu_splits=(2, 7)),
+    # decode with E larger than every kv_len, page 64 (GPU: one long and one short decode, a spec verify)
     _c("decode_E_gt_kv_page64",
        dict(q_lens=[1, 1], kv_lens=[100, 3], rel_extent=128, page_size=64),
-       dict(q_lens=[1, 4, 1], kv_lens=[5000, 300, 3], num_heads=8, num_kv_heads=1, rel_extent=1024)),
+       dict(q_lens=[1, 4, 1], kv_lens=[5000, 300, 3], num_heads=8, num_kv_heads=1, rel_extent=1024),
+       gpu_splits=(1, 2, 7, 64)),
     # many sliding decodes, window inside E: kv shorter than the window, one key, windows
     # starting mid-tile and mid-page
     _c("decode_sliding_batch_g4",
@@ -87,7 +89,7 @@ CASES = [
        dict(q_lens=[100, 1], kv_lens=[300, 200], num_heads=8, num_kv_heads=4, rel_extent=1024)),
     # window wider than E (MHA: group size 1), page 128
     _c("window_wider_than_E_mha_page128",
-       dict(q_lens=[70], kv_lens=[200], rel_extent=16, window_left=40, num_heads=4, num_kv_heads=4, page_size=128),
+       dict(q_lens=[40], kv_lens=[170], rel_extent=16, window_left=40, num_heads=4, num_kv_heads=4, page_size=128),
        dict(q_lens=[300], kv_lens=[1000], num_heads=8, num_kv_heads=8, rel_extent=64, window_left=200)),
     _c("window0",
        dict(q_lens=[6, 1], kv_lens=[20, 5], window_left=0, rel_extent=4),
@@ -98,7 +100,7 @@ CASES = [
        dict(q_lens=[40, 1], kv_lens=[700, 300], num_heads=16, num_kv_heads=1, rel_extent=128)),
     # requests with no query rows, first and in the middle (group 3 on CPU)
     _c("empty_requests",
-       dict(q_lens=[0, 33, 0, 20], kv_lens=[5, 150, 9, 20], rel_extent=64, num_heads=6, num_kv_heads=2),
+       dict(q_lens=[0, 20, 0, 12], kv_lens=[5, 100, 9, 12], rel_extent=64, num_heads=6, num_kv_heads=2),
        dict(q_lens=[0, 50, 0, 1], kv_lens=[10, 400, 0, 77], num_heads=8, num_kv_heads=1, rel_extent=128)),
     # pages that neither divide nor are a multiple of the kernels' tiles: a tile spans pages unevenly
     _c("odd_pages_chunks",
