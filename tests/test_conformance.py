@@ -7,8 +7,8 @@ is compared with the fp32 reference backend, except the reference itself, which 
 with the float64 brute force of tests/brute_force.py.
 
 On CPU the cases are small and fp32 (Triton runs under TRITON_INTERPRET=1, set by conftest.py);
-on a CUDA device (marker ``gpu``) they are bf16 at Inkling's sizes, at page sizes 16 / 64 / 128
-with separate and packed K/V. Every case checks that NaN / inf planted in unused pages and
+on a CUDA device (marker ``gpu``) they are bf16 at Inkling's sizes, at each case's page sizes
+(16 / 64 / 128, or 24 / 48 / 96) with separate and packed K/V. Every case checks that NaN / inf planted in unused pages and
 block-table entries does not reach ``out`` and that rows past cu_seqlens_q[-1] stay untouched.
 """
 
@@ -45,10 +45,9 @@ SENTINEL = 7.0
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 _REPO_ROOT = os.path.dirname(_TESTS_DIR)
 
-needs_cuda = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-]
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+#: marks of a parameter that runs on the CUDA device
+GPU_MARKS = [pytest.mark.gpu, requires_cuda]
 
 
 def cannot_run(name: str, case) -> str | None:
@@ -184,7 +183,7 @@ GPU_PARAMS = [
 
 @pytest.mark.parametrize("case_id,page_size,packed_kv,backend,num_splits", GPU_PARAMS)
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@requires_cuda
 def test_matrix_gpu(case_id, page_size, packed_kv, backend, num_splits):
     case = gpu_case(case_id, page_size, packed_kv)
     _require(backend, case)
@@ -199,7 +198,7 @@ def test_matrix_gpu(case_id, page_size, packed_kv, backend, num_splits):
 
 BIAS_DEVICES = [
     pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="gpu", marks=needs_cuda),
+    pytest.param("cuda", id="gpu", marks=GPU_MARKS),
 ]
 
 
@@ -257,7 +256,7 @@ def _clamped_expectation(case) -> torch.Tensor:
 
 INVALID_DEVICES = [
     pytest.param("cpu", torch.float32, 32, id="cpu"),
-    pytest.param("cuda", torch.bfloat16, 128, id="gpu", marks=needs_cuda),
+    pytest.param("cuda", torch.bfloat16, 128, id="gpu", marks=GPU_MARKS),
 ]
 
 
