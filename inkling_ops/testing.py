@@ -43,6 +43,16 @@ class RelAttnCase:
     def args(self) -> tuple:
         return (self.q, self.key_cache, self.value_cache)
 
+    def problem(self, num_splits: int = 0):
+        """The call's static facts (``RelAttnProblem``) as the op's validation builds them: what
+        a backend's ``why_not`` and the dispatcher's ``plan`` take."""
+        from .validation import check_call
+
+        return check_call(
+            self.q, self.key_cache, self.value_cache, self.block_table, self.cache_seqlens, self.cu_seqlens_q,
+            self.rel_logits, self.max_seqlen_q, self.softmax_scale, self.window_size, True, num_splits, None,
+        )  # fmt: skip
+
     def run_triton(self, out: torch.Tensor, *, num_splits: int, config, launch_fwd=None):
         """The Triton kernels on this case with an explicit split count and launch configuration
         (``FwdConfig``), bypassing the dispatcher: for the tuner, the profiler and kernel tests.

@@ -23,12 +23,6 @@ from inkling_ops.testing import make_case
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Wrong *kinds* of object that the op schema itself rejects (or silently converts) before
-# inkling_ops' own validation runs: the dispatcher raises RuntimeError, not the documented
-# TypeError (a bool max_seqlen_q / softmax_scale is even converted without error). Marked as
-# strict xfail until inkling_ops.api.rel_attn checks kinds before calling the op; remove the
-# mark when it does (the strict XPASS will say so).
-
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ small configurations, building each call's problem with the same ``check_call`` 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import pytest
@@ -46,7 +45,6 @@ def test_bucket_powers_of_two_are_fixed_points(k):
 @given(st.integers(min_value=1, max_value=1 << 40))
 def test_bucket_is_the_smallest_power_of_two_at_least_n(n):
     b = bucket_max_seqlen_q(n)
-    assert b == 1 << (n - 1).bit_length()  # the contract's formula
     assert b & (b - 1) == 0 and b >= n and (b == 1 or b // 2 < n)
 
 
@@ -111,22 +109,12 @@ def _key(**overrides) -> CompileKey:
     return CompileKey(**fields)
 
 
-def test_compile_key_is_frozen_and_hashable():
+def test_compile_keys_are_dict_keys_and_sort():
+    """Warmup keeps compiled kernels in a dict by key and compiles them in sorted order."""
     key = _key()
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        key.num_splits = 4  # type: ignore[misc]
-    assert key == _key() and hash(key) == hash(_key())
-    assert key != _key(num_splits=4) and key != _key(window_left=511)
-    assert len({key, _key(), _key(arch="sm_80")}) == 2
     assert {key: "compiled"}[_key()] == "compiled"
+    assert len({key, _key(), _key(arch="sm_80"), _key(num_splits=4), _key(window_left=511)}) == 4
     assert sorted([_key(num_splits=4), _key(num_splits=1)])[0].num_splits == 1  # warmup order is deterministic
-
-
-def test_device_facts_is_frozen():
-    facts = DeviceFacts(arch="sm_90a", num_sms=132)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        facts.num_sms = 1  # type: ignore[misc]
-    assert hash(facts) == hash(DeviceFacts("sm_90a", 132))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -180,14 +168,6 @@ def test_num_splits_non_increasing_in_num_reqs(kw, shift):
 def test_num_splits_non_decreasing_in_kv_bound_and_sms(kw, shift):
     assert num_splits(**dict(kw, kv_bound_bucket=kw["kv_bound_bucket"] << shift)) >= num_splits(**kw)
     assert num_splits(**dict(kw, num_sms=kw["num_sms"] + shift)) >= num_splits(**kw)
-
-
-@given(heuristic_inputs)
-def test_num_splits_is_pure(kw):
-    policy_before = dataclasses.replace(kw["policy"])
-    first = num_splits(**kw)
-    assert all(num_splits(**dict(kw)) == first for _ in range(3))
-    assert kw["policy"] == policy_before
 
 
 HEURISTIC_CASES = {
