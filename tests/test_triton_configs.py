@@ -8,45 +8,6 @@ from hypothesis import strategies as st
 
 from inkling_ops.kernels.triton_configs import DECODE_MAX_Q, TWO_PASS_MIN_PAGE, FwdConfig, fwd_config, fwd_constexprs
 
-PLAIN = FwdConfig(128, 128, 8, 3)
-
-# (id, fwd_config kwargs, expected): the anchor layers, as tuned on the H200 (meta/TUNING.md).
-PINNED = [
-    ("decode_global_8_1", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=1, window_left=-1, rel_extent=1024, page_size=16),
-     FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True, kv_evict_first=True)),
-    ("decode_window_wider_than_E", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=2, window_left=4095, rel_extent=1024, page_size=128),
-     FwdConfig(16, 64, 4, 1, asm_gather=False, kv_prefetch=True, split_strided=True, kv_evict_first=True)),
-    ("decode_32_rows", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=4, window_left=-1, rel_extent=1024, page_size=16),
-     FwdConfig(32, 64, 4, 2, asm_gather=False)),
-    ("decode_sliding_8_2", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=1, window_left=511, rel_extent=512, page_size=128),
-     FwdConfig(16, 64, 4, 3, bias_ahead=True, asm_gather=True, single_masked_loop=True)),
-    ("decode_sliding_8_2_page_16", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=1, window_left=511, rel_extent=512, page_size=16),
-     FwdConfig(16, 64, 4, 3, bias_ahead=True, asm_gather=True, single_masked_loop=True)),
-    ("decode_sliding_32_rows", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=4, window_left=511, rel_extent=512, page_size=16),
-     FwdConfig(32, 64, 4, 2, asm_gather=False)),
-    ("spec_verify_16_rows", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=16, window_left=-1, rel_extent=1024, page_size=128),
-     FwdConfig(64, 64, 4, 2, asm_gather=False)),
-    ("prefill_global", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=8192, window_left=-1, rel_extent=1024, page_size=128),
-     FwdConfig(64, 64, 4, 2, plain=PLAIN, bias_ahead=True)),
-    ("prefill_sliding_inside_E", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=8192, window_left=511, rel_extent=512, page_size=128),
-     FwdConfig(64, 32, 4, 2, bias_ahead=True, max_registers=168, single_masked_loop=True)),
-    ("prefill_window_wider_than_E", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=4096, window_left=200, rel_extent=64, page_size=128),
-     FwdConfig(64, 64, 4, 2, plain=PLAIN, bias_ahead=True)),
-    ("prefill_global_page_16", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=8192, window_left=-1, rel_extent=1024, page_size=16),
-     FwdConfig(64, 64, 4, 3)),
-    ("prefill_global_page_64", dict(head_dim=128, q_per_kv=8, max_seqlen_q_bucket=2048, window_left=-1, rel_extent=1024, page_size=64),
-     FwdConfig(64, 64, 4, 3)),
-    ("prefill_sliding_inside_E_page_16", dict(head_dim=128, q_per_kv=4, max_seqlen_q_bucket=8192, window_left=511, rel_extent=512, page_size=16),
-     FwdConfig(64, 32, 4, 2, bias_ahead=True, max_registers=168, single_masked_loop=True)),
-    ("prefill_head_dim_256", dict(head_dim=256, q_per_kv=2, max_seqlen_q_bucket=1024, window_left=-1, rel_extent=1024, page_size=128),
-     FwdConfig(64, 32, 4, 2)),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize("kwargs,expected", [p[1:] for p in PINNED], ids=[p[0] for p in PINNED])
-def test_pinned(kwargs, expected):
-    assert fwd_config(**kwargs) == expected
-
 
 @given(
     head_dim=st.sampled_from([64, 128, 256]),

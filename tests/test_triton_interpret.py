@@ -54,7 +54,7 @@ def _with_config(case, config, num_splits):
     return lambda out: case.run_triton(out, num_splits=num_splits, config=config)
 
 
-@pytest.mark.parametrize("num_splits", [130, 300])
+@pytest.mark.parametrize("num_splits", [130, pytest.param(300, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case_id", ["decode_batch_E_lt_kv_g8", "spec_verify_q9"])
 def test_many_splits_cross_combine_chunks(case_id, num_splits):
     """Many splits, most of them empty; at 300 the combine reads the splits in two chunks."""
@@ -84,14 +84,15 @@ TWO_PASS_CONFIGS = [  # (band config, plain config); band entry 5 sets bias_ahea
     ((32, 16, 4, 3, True), (64, 64, 4, 2)),
 ]
 TWO_PASS_CASES = [
-    ("global_ragged_g4", dict(q_lens=[300, 5, 129], kv_lens=[700, 400, 129], rel_extent=40, num_heads=8, num_kv_heads=2)),
-    ("global_g16_page64", dict(q_lens=[90], kv_lens=[500], rel_extent=16, num_heads=16, num_kv_heads=1, page_size=64)),
-    ("window_gt_E_packed", dict(q_lens=[200, 1], kv_lens=[600, 300], rel_extent=24, window_left=150, num_heads=4, num_kv_heads=2, packed_kv=True)),
+    # the slowest interpreter case of the default run (~22 s per configuration): slow
+    pytest.param(dict(q_lens=[300, 5, 129], kv_lens=[700, 400, 129], rel_extent=40, num_heads=8, num_kv_heads=2), id="global_ragged_g4", marks=pytest.mark.slow),
+    pytest.param(dict(q_lens=[90], kv_lens=[500], rel_extent=16, num_heads=16, num_kv_heads=1, page_size=64), id="global_g16_page64"),
+    pytest.param(dict(q_lens=[200, 1], kv_lens=[600, 300], rel_extent=24, window_left=150, num_heads=4, num_kv_heads=2, packed_kv=True), id="window_gt_E_packed"),
 ]
 
 
 @pytest.mark.parametrize("band,plain", TWO_PASS_CONFIGS, ids=lambda c: "x".join(map(str, c)))
-@pytest.mark.parametrize("kwargs", [c[1] for c in TWO_PASS_CASES], ids=[c[0] for c in TWO_PASS_CASES])
+@pytest.mark.parametrize("kwargs", TWO_PASS_CASES)
 def test_two_pass_matches_reference(kwargs, band, plain):
     """Plain tiles in one launch, band/edge/diagonal tiles in a second with other tile shapes."""
     from inkling_ops.kernels.triton_configs import FwdConfig
