@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One visit to the H200, as docs/running.md describes it: correctness first, then timings.
 #
-#   bash meta/tools/gpu_visit.sh SHA tests   # GPU tests (-m gpu), the A/B of the Triton backend against
+#   bash meta/tools/gpu_visit.sh SHA tests   # GPU tests (-m "gpu and not slow"), the A/B of the Triton backend against
 #                                            # the base copy in .ab/base (if present), the host-overhead probe
 #   bash meta/tools/gpu_visit.sh SHA bench   # the peer benchmark (every peer, both clocks)
 #
@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 case $part in
   tests)
-    python3 -m pytest tests -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu_tests_$sha.log" | tail -25
+    python3 -m pytest tests -m "gpu and not slow" -q -p no:cacheprovider 2>&1 | tee "$out/gpu_tests_$sha.log" | tail -25
     if [[ -d .ab/base/inkling_ops ]]; then
       python3 meta/tools/ab_backend.py .ab/base --label "base=$(cat .ab/base/SHA 2>/dev/null) new=$sha" \
         --out "$out/ab_backend_$sha.jsonl" 2>&1 | tee "$out/ab_backend_$sha.log"
