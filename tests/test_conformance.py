@@ -88,8 +88,9 @@ def _check(case, name: str, num_splits: int, want: torch.Tensor, tol: dict) -> N
 
 
 def _brute_force(case) -> torch.Tensor:
-    """The float64 oracle, on CPU copies of the case."""
-    return rel_attn_brute_force(*case.to("cpu").args(), **case.kwargs())
+    """The float64 oracle, on CPU copies of the case (its tensors and its metadata)."""
+    on_cpu = case.to("cpu")
+    return rel_attn_brute_force(*on_cpu.args(), **on_cpu.kwargs())
 
 
 def _reference_fp32(case) -> torch.Tensor:
