@@ -5,14 +5,21 @@ functions (no tensors, no device queries: device facts are passed in). Quantitie
 from step to step (token count, number of requests, KV lengths) enter only through buckets
 or through the split count, which is itself a function of buckets, so a serving
 configuration produces a finite set of keys that :mod:`inkling_ops.serving` enumerates.
+
+The key is also the cache key of the compiled kernels (docs/compile_keys.md): besides the
+problem's static facts it carries the layout facts a backend specialises its code on
+(:class:`KVLayout`), read from the call's tensor metadata by :func:`layout_of` (strides and
+data pointers only: no device values, so it is safe under CUDA-graph capture).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
+from .kernels.triton_configs import slot_shift
 from .heuristics import DEFAULT_SPLIT_POLICY, SplitPolicy, bucket_max_seqlen_q, bucket_pow2, num_splits
 from .problem import RelAttnProblem
 
@@ -33,6 +40,36 @@ class CompileKey:
     num_splits: int
     arch: str
     backend: str
+    #: KV heads (the kernel's NUM_KV_HEADS: the grid's head index is split into request and head)
+    num_kv_heads: int = 1
+    #: K and V have the same block and slot strides (one address computation serves both)
+    kv_same_strides: bool = True
+    #: every key row of the cache has an int32 index ``block * (block_stride // slot_stride) + slot``
+    kv_row_i32: bool = True
+    #: log2 of the slot stride when kv_row_i32 and it is a power of two (a shift), else -1
+    kv_slot_shift: int = -1
+    #: every pointer 16-byte aligned and every specialised stride a multiple of 16 elements
+    #: (the compiler may then vectorise loads and stores); False: compiled without those hints
+    aligned: bool = True
+
+
+class KVLayout(NamedTuple):
+    """The layout facts of one call's tensors that select compiled code (see :class:`CompileKey`).
+
+    ``slot_stride``: elements between consecutive key slots of a page (0: the standard
+    ``num_kv_heads * head_dim`` of a cache laid out (num_blocks, page_size, Hkv, D), which vLLM's
+    packed K/V views ``kv[:, 0]`` / ``kv[:, 1]`` of a (num_blocks, 2, page_size, Hkv, D) cache keep
+    too). The default is that standard layout, aligned: what an enumeration of a serving
+    configuration assumes.
+    """
+
+    same_strides: bool = True
+    row_i32: bool = True
+    slot_stride: int = 0
+    aligned: bool = True
+
+
+STANDARD_LAYOUT = KVLayout()
 
 
 @dataclass(frozen=True)
@@ -73,8 +110,32 @@ def split_count(
     )
 
 
-def compile_key(problem: RelAttnProblem, *, arch: str, backend: str, splits: int) -> CompileKey:
-    """The key of the kernel that runs ``problem`` with ``splits`` KV splits."""
+def layout_of(args, out: torch.Tensor) -> KVLayout:
+    """The :class:`KVLayout` of one call's tensors (``args``: a ``RelAttnArgs``), from their
+    strides, first dimension and data pointers (host metadata only).
+
+    Aligned: the eight tensors' data pointers are multiples of 16 bytes and the strides the
+    Triton kernels specialise (q, out, K and V: every stride but the last) multiples of 16.
+    """
+    q, k, v = args.q, args.key_cache, args.value_cache
+    ks, vs, qs, os_ = k.stride(), v.stride(), q.stride(), out.stride()
+    block, slot = ks[0], ks[1]
+    same = block == vs[0] and slot == vs[1]
+    row_i32 = same and slot > 0 and block % slot == 0 and k.shape[0] * (block // slot) < 2**31
+    bits = (
+        q.data_ptr() | k.data_ptr() | v.data_ptr() | args.rel_logits.data_ptr() | args.block_table.data_ptr()
+        | args.cache_seqlens.data_ptr() | args.cu_seqlens_q.data_ptr() | out.data_ptr()
+        | qs[0] | qs[1] | block | slot | ks[2] | vs[0] | vs[1] | vs[2] | os_[0] | os_[1]
+    )  # fmt: skip
+    return KVLayout(same, row_i32, slot, not bits & 15)
+
+
+def compile_key(
+    problem: RelAttnProblem, *, arch: str, backend: str, splits: int, layout: KVLayout = STANDARD_LAYOUT
+) -> CompileKey:
+    """The key of the kernels that run ``problem`` with ``splits`` KV splits on tensors laid out
+    as ``layout`` (default: the standard, aligned layout of a serving configuration)."""
+    row_i32 = layout.row_i32
     return CompileKey(
         dtype=dtype_name(problem.dtype),
         kv_dtype=dtype_name(problem.kv_dtype),
@@ -88,4 +149,9 @@ def compile_key(problem: RelAttnProblem, *, arch: str, backend: str, splits: int
         num_splits=splits,
         arch=arch,
         backend=backend,
+        num_kv_heads=problem.num_kv_heads,
+        kv_same_strides=layout.same_strides,
+        kv_row_i32=row_i32,
+        kv_slot_shift=slot_shift(layout.slot_stride or problem.num_kv_heads * problem.head_dim) if row_i32 else -1,
+        aligned=layout.aligned,
     )
