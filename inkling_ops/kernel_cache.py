@@ -229,6 +229,9 @@ def clear(location: Path | None = None) -> int:
     returns how many entries. Other files under the root are left alone."""
     location = Path(location) if location is not None else cache_dir()
     entries = _entries(location)
-    for fp in {entry.parent for entry in entries}:
+    fingerprints = {entry.parent for entry in entries}
+    if location.is_dir():
+        fingerprints |= {fp for fp in location.iterdir() if (fp / FINGERPRINT).is_file()}
+    for fp in fingerprints:
         shutil.rmtree(fp, ignore_errors=True)
     return len(entries)

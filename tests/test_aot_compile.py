@@ -362,14 +362,15 @@ WARMUP = (
 )
 
 
-@pytest.mark.slow
 def test_warmup_on_cpu_compiles_then_a_second_warmup_loads_everything(tmp_path):
     first = json.loads(_python(WARMUP, tmp_path).strip().splitlines()[-1])
     second = json.loads(_python(WARMUP, tmp_path).strip().splitlines()[-1])
     print(first["text"], "|", second["text"])
     assert first["compiled"] >= 3 and first["loaded"] == 0
     assert second["compiled"] == 0 and second["loaded"] == first["compiled"]
-    assert first["keys"] == second["keys"] == first["compiled"] + first["shared"]
+    # every key's kernels were obtained once per key: compiled or loaded the first time, the rest
+    # shared with an earlier key (prefill buckets of a layer share kernels)
+    assert first["keys"] == second["keys"] and first["shared"] == second["shared"] > 0
     assert kernel_cache.info(tmp_path).entries and sum(kernel_cache.info(tmp_path).entries.values()) == first["compiled"]
 
 

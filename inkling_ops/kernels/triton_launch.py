@@ -148,7 +148,7 @@ def make_spec(
                 divisible.append(name)
     order = parameter_names(fn)
     return KernelSpec(
-        kernel=fn.__name__ if hasattr(fn, "__name__") else fn.fn.__name__,
+        kernel=fn.fn.__name__,
         signature=tuple(signature),
         constexprs=tuple(sorted(values.items(), key=lambda item: order.index(item[0]))),
         divisible=tuple(divisible), num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg, arch=arch,
