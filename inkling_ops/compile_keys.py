@@ -52,6 +52,18 @@ class CompileKey:
     #: (the compiler may then vectorise loads and stores); False: compiled without those hints
     aligned: bool = True
 
+    # The key is hashed on every call (a backend's table of compiled kernels): the hash is computed
+    # once per instance and kept outside the fields (never pickled: str hashes differ per process).
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, name) for name in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        return {name: value for name, value in self.__dict__.items() if name != "_hash"}
+
 
 class KVLayout(NamedTuple):
     """The layout facts of one call's tensors that select compiled code (see :class:`CompileKey`).
@@ -117,17 +129,25 @@ def layout_of(args, out: torch.Tensor) -> KVLayout:
     Aligned: the eight tensors' data pointers are multiples of 16 bytes and the strides the
     Triton kernels specialise (q, out, K and V: every stride but the last) multiples of 16.
     """
-    q, k, v = args.q, args.key_cache, args.value_cache
+    q, k, v, table, seqlens, cu, rel = args  # RelAttnArgs order
     ks, vs, qs, os_ = k.stride(), v.stride(), q.stride(), out.stride()
     block, slot = ks[0], ks[1]
     same = block == vs[0] and slot == vs[1]
-    row_i32 = same and slot > 0 and block % slot == 0 and k.shape[0] * (block // slot) < 2**31
+    row_i32 = same and slot > 0 and block % slot == 0 and k.size(0) * (block // slot) < 2**31
     bits = (
-        q.data_ptr() | k.data_ptr() | v.data_ptr() | args.rel_logits.data_ptr() | args.block_table.data_ptr()
-        | args.cache_seqlens.data_ptr() | args.cu_seqlens_q.data_ptr() | out.data_ptr()
-        | qs[0] | qs[1] | block | slot | ks[2] | vs[0] | vs[1] | vs[2] | os_[0] | os_[1]
+        q.data_ptr() | k.data_ptr() | v.data_ptr() | rel.data_ptr() | table.data_ptr() | seqlens.data_ptr()
+        | cu.data_ptr() | out.data_ptr() | qs[0] | qs[1] | block | slot | ks[2] | vs[0] | vs[1] | vs[2] | os_[0] | os_[1]
     )  # fmt: skip
-    return KVLayout(same, row_i32, slot, not bits & 15)
+    return _new_layout(KVLayout, (same, row_i32, slot, not bits & 15))  # KVLayout(...), without its Python __new__
+
+
+_new_layout = tuple.__new__
+
+
+#: compile_key's results by their inputs: a call computes its key from a dictionary lookup, and
+#: equal keys are one object (so tables keyed on them compare by identity)
+_KEYS: dict[tuple, CompileKey] = {}
+_MAX_KEYS = 4096
 
 
 def compile_key(
@@ -135,6 +155,21 @@ def compile_key(
 ) -> CompileKey:
     """The key of the kernels that run ``problem`` with ``splits`` KV splits on tensors laid out
     as ``layout`` (default: the standard, aligned layout of a serving configuration)."""
+    m = problem.max_seqlen_q
+    inputs = (
+        problem.dtype, problem.kv_dtype, problem.head_dim, problem.num_heads, problem.num_kv_heads,
+        problem.page_size, problem.rel_extent, problem.causal, problem.window_left,
+        1 << max(0, m - 1).bit_length(), splits, arch, backend, layout,
+    )  # fmt: skip
+    key = _KEYS.get(inputs)
+    if key is None:
+        if len(_KEYS) >= _MAX_KEYS:
+            _KEYS.clear()
+        key = _KEYS[inputs] = _make_key(problem, arch=arch, backend=backend, splits=splits, layout=layout)
+    return key
+
+
+def _make_key(problem: RelAttnProblem, *, arch: str, backend: str, splits: int, layout: KVLayout) -> CompileKey:
     row_i32 = layout.row_i32
     return CompileKey(
         dtype=dtype_name(problem.dtype),
