@@ -584,7 +584,9 @@ def launch_rel_attn_fwd(
 ):
     """Launch the forward kernel on the call's tensors ``args`` (``q``, ``key_cache``,
     ``value_cache``, ``block_table``, ``cache_seqlens``, ``cu_seqlens_q``, ``rel_logits``, read by
-    attribute: the dispatcher's ``RelAttnArgs``), writing ``out`` (T, Hq, D). Returns Triton's
+    attribute: the dispatcher's ``RelAttnArgs``), writing ``out`` (T, Hq, D). Returns the
+    ``Launcher`` it used (None under the interpreter).
+
     ``launcher``: the compiled variant to launch (the backend's, resolved through its compile key);
     None: the variant of these tensors (``fwd_spec``), compiled on first use; under Triton's
     interpreter, ``rel_attn_fwd_kernel[grid]``.

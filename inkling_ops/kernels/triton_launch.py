@@ -190,6 +190,14 @@ def load_kernel(spec: KernelSpec, paths: dict[str, str]):
     return CompiledKernel(spec.source(), {n: str(p) for n, p in paths.items()}, digest)
 
 
+@functools.lru_cache(maxsize=1)
+def _runtime_knobs():
+    """``triton.knobs.runtime`` (imported once: an import statement per launch costs host time)."""
+    from triton import knobs
+
+    return knobs.runtime
+
+
 class Launcher:
     """A compiled kernel launched directly: ``launcher(grid, args)`` with ``args`` every parameter in
     signature order (constexpr values included; the launcher skips them), on the current stream
@@ -203,10 +211,8 @@ class Launcher:
         self._run = None
 
     def __call__(self, grid: tuple, args: tuple) -> None:
-        from triton import knobs
-
         g0, g1, g2 = grid
-        if knobs.runtime.launch_enter_hook is not None:
+        if _runtime_knobs().launch_enter_hook is not None:
             self.compiled[grid](*args)
             return
         if self._run is None:
