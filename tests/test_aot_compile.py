@@ -26,9 +26,9 @@ import torch
 from inkling_ops import kernel_cache, strict
 from inkling_ops.backends import triton_backend
 from inkling_ops.backends.triton_backend import TritonBackend, kernel_plan
-from inkling_ops.compile_keys import STANDARD_LAYOUT, KVLayout, compile_key, layout_of, split_count
+from inkling_ops.compile_keys import STANDARD_LAYOUT, compile_key, layout_of, split_count
 from inkling_ops.problem import RelAttnArgs
-from inkling_ops.serving import ServingConfig, enumerate_compile_keys, problem_for
+from inkling_ops.serving import ServingConfig, enumerate_compile_keys
 from inkling_ops.testing import make_case
 from inkling_ops.validation import check_call
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import inkling_ops
-from inkling_ops import kernel_cache
+from inkling_ops import kernel_cache, strict
 from inkling_ops.__main__ import main
 from inkling_ops.serving import ServingConfig, enumerate_compile_keys
 from inkling_ops.warmup import representative_args, warmup
@@ -59,7 +59,7 @@ def test_warmup_compiles_without_running_a_call(monkeypatch):
     facts = inkling_ops.device_facts(torch.device("cpu"))
     assert set(summary.keys) == enumerate_compile_keys(TINY, facts=facts, backend="reference", policy=None)
     assert summary.backend == "reference" and summary.compiled == summary.loaded == summary.launched == 0
-    assert inkling_ops.strict.warmed_keys("reference") >= set(summary.keys)
+    assert strict.warmed_keys("reference") >= set(summary.keys)
 
 
 def test_cache_info_and_clear_count_our_store(tmp_path):
