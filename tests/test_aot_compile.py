@@ -391,3 +391,31 @@ def test_runtime_keys_of_standard_calls_are_warmed_keys():
         splits = split_count(problem, facts, TritonBackend.split_policy)
         key = compile_key(problem, arch="sm_90a", backend="triton", splits=splits, layout=layout_of(_args(case), out))
         assert key in keys, key
+
+
+def test_warmup_runs_a_call_for_a_backend_that_cannot_compile_from_a_key(monkeypatch):
+    """A backend whose compile raises NotImplementedError is warmed by one call per key instead."""
+    from inkling_ops import dispatch
+    from inkling_ops.backends.reference import ReferenceBackend
+    from inkling_ops.warmup import warmup
+
+    class RunToCompile(ReferenceBackend):
+        name = "run-to-compile"
+        default_device_types = ("cpu",)
+
+        def __init__(self):
+            self.runs = []
+
+        def compile(self, key):
+            raise NotImplementedError
+
+        def run(self, problem, splits, args, out):
+            self.runs.append(problem.max_seqlen_q)
+            return super().run(problem, splits, args, out)
+
+    backend = RunToCompile()
+    monkeypatch.setattr(dispatch, "_BACKENDS", [backend, *dispatch._BACKENDS])
+    config = ServingConfig(**(TINY | dict(max_model_len=64)), dtype=torch.float32)
+    summary = warmup(config, device="cpu", progress=False)
+    assert summary.backend == "run-to-compile" and summary.launched == len(summary.keys) == len(backend.runs) > 1
+    assert sorted(backend.runs) == sorted(min(k.max_seqlen_q_bucket, 32) for k in summary.keys)
