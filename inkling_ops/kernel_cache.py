@@ -169,6 +169,10 @@ class KernelStore:
                 shutil.rmtree(tmp, ignore_errors=True)
         return {name: self.directory / entry / name for name in files}
 
+    def discard(self, entry: str) -> None:
+        """Remove ``entry`` (one the backend found unusable), so that :meth:`put` can write it again."""
+        self._discard(self.directory / entry)
+
     @staticmethod
     def _discard(path: Path) -> None:
         aside = path.with_name(f".{path.name}.broken.{os.getpid()}.{uuid.uuid4().hex[:8]}")

@@ -419,3 +419,27 @@ def test_warmup_runs_a_call_for_a_backend_that_cannot_compile_from_a_key(monkeyp
     summary = warmup(config, device="cpu", progress=False)
     assert summary.backend == "run-to-compile" and summary.launched == len(summary.keys) == len(backend.runs) > 1
     assert sorted(backend.runs) == sorted(min(k.max_seqlen_q_bucket, 32) for k in summary.keys)
+
+
+def test_an_entry_triton_cannot_load_is_rebuilt_with_a_warning(tmp_path, monkeypatch):
+    from inkling_ops.kernels import triton_launch
+
+    monkeypatch.setenv("INKLING_OPS_CACHE_DIR", str(tmp_path))
+    loads = []
+
+    def load(spec, paths):
+        loads.append(paths["k.cubin"].read_bytes())
+        if loads[-1] == b"stale":
+            raise RuntimeError("not a cubin")
+        return "kernel"
+
+    monkeypatch.setattr(triton_launch, "load_kernel", load)
+    monkeypatch.setattr(triton_launch, "compile_spec", lambda spec: "fresh")
+    monkeypatch.setattr(triton_launch, "kernel_files", lambda compiled: {"k.json": b"{}", "k.cubin": b"good"})
+    backend = TritonBackend()
+    key = _key(_case())
+    (spec,) = kernel_plan(key).specs
+    backend.store(key.arch).put(spec.digest(), {"k.json": b"{}", "k.cubin": b"stale"})
+    with pytest.warns(UserWarning, match="does not load"):
+        assert backend.compile(key) == ["kernel"]
+    assert loads == [b"stale", b"good"] and backend.compile_stats["compiled"] == 1

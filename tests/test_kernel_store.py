@@ -170,3 +170,12 @@ def test_two_processes_warming_the_same_key_at_once_leave_one_good_entry_each(tm
         for entry in fp.iterdir():
             if entry.is_dir():
                 assert store.get(entry.name) is not None
+
+
+def test_discard_lets_a_rebuild_replace_an_entry_that_checks_but_does_not_load(tmp_path):
+    store = _store(tmp_path)
+    store.put("e1", {"k.json": b"{}", "k.cubin": b"unloadable"})
+    store.discard("e1")
+    assert store.get("e1") is None
+    store.put("e1", FILES)
+    assert store.get("e1")["k.cubin"].read_bytes() == FILES["k.cubin"]

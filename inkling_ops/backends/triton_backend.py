@@ -37,6 +37,8 @@ TRITON_SPLIT_POLICY = SplitPolicy(
     band_only_programs_per_sm=1, band_only_min_keys_per_split=128,
 )  # fmt: skip
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
+#: Triton's interpreter (read once, as the kernel modules read it at import): no compiled kernels
+_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 _kernel_modules_cache: tuple = ()
 
@@ -154,6 +156,7 @@ class TritonBackend(Backend):
                 self.compile_stats["loaded"] += 1
             except Exception as exc:  # a manifest-valid entry Triton cannot read: rebuild it
                 warnings.warn(f"inkling_ops kernel cache: entry {store.directory / entry} does not load ({exc}); rebuilding it")
+                store.discard(entry)
                 compiled = None
         if compiled is None:
             if on_run_path:
@@ -208,7 +211,7 @@ class TritonBackend(Backend):
         call's tensors, ``compile_keys.layout_of``). On CUDA tensors the kernels come from memory,
         the persistent store or a compile (strict mode refuses the last); under Triton's
         interpreter they run through ``kernel[grid]``."""
-        if args.q.is_cuda:
+        if args.q.is_cuda and not _INTERPRETED:
             device = args.q.get_device()
             if key is None:
                 key = compile_key(
