@@ -60,6 +60,7 @@ class KernelPlan(NamedTuple):
 
     config: object  # triton_configs.FwdConfig
     specs: tuple  # triton_launch.KernelSpec, one per launch
+    constexprs: tuple = ()  # the forward launches' FwdConstexprs, in order (the combine has none)
 
 
 def kernel_plan(key: CompileKey) -> KernelPlan:
@@ -91,7 +92,7 @@ def kernel_plan(key: CompileKey) -> KernelPlan:
         pass1 = triton_configs.fwd_constexprs(plain, **common, fwd_pass=1)
         pass2 = triton_configs.fwd_constexprs(config, **common, fwd_pass=2, pass1_config=plain)
         specs = (fwd_module.fwd_spec(pass1, plain, **spec_args), fwd_module.fwd_spec(pass2, config, **spec_args))
-        return KernelPlan(config, specs)
+        return KernelPlan(config, specs, (pass1, pass2))
     constexprs = triton_configs.fwd_constexprs(config, **common, num_splits=key.num_splits)
     specs = (fwd_module.fwd_spec(constexprs, config, **spec_args),)
     if key.num_splits > 1:
@@ -100,7 +101,7 @@ def kernel_plan(key: CompileKey) -> KernelPlan:
                 num_splits=key.num_splits, head_dim=key.head_dim, dtype=key.dtype, aligned=key.aligned, arch=arch
             ),
         )
-    return KernelPlan(config, specs)
+    return KernelPlan(config, specs, (constexprs,))
 
 
 def cuda_arch(capability: tuple[int, int]) -> str:
@@ -182,7 +183,11 @@ class TritonBackend(Backend):
             f"{problem.num_tokens} tokens, {problem.num_reqs} requests, max_seqlen_q {problem.max_seqlen_q}, "
             f"block table width {problem.max_blocks_per_seq}"
         )
-        launchers = tuple(Launcher(self._obtain(spec, key, on_run_path=True, describe=describe)) for spec in plan.specs)
+        constexprs = plan.constexprs + (None,) * (len(plan.specs) - len(plan.constexprs))
+        launchers = tuple(
+            Launcher(self._obtain(spec, key, on_run_path=True, describe=describe), values)
+            for spec, values in zip(plan.specs, constexprs)
+        )
         entry = self._plans[key, device] = (plan.config, launchers)
         return entry
 

@@ -608,14 +608,16 @@ def launch_rel_attn_fwd(
     num_blocks, page, num_kv_heads, _ = key_cache.shape
     # one stride() call per tensor (each costs host time)
     k_strides, v_strides, r_strides = key_cache.stride(), value_cache.stride(), rel_logits.stride()
-    same_strides = k_strides[:2] == v_strides[:2]
-    row_i32 = same_strides and _key_rows_fit_int32(key_cache, k_strides)
-    constexprs = fwd_constexprs(
-        config, group=num_heads // num_kv_heads, head_dim=head_dim, num_kv_heads=num_kv_heads, page_size=page,
-        rel_extent=rel_logits.shape[2], window_left=window_left, num_splits=num_splits, fwd_pass=fwd_pass,
-        pass1_config=pass1_config, fp32=q.dtype == torch.float32, ptx_gather=_can_run_ptx(rel_logits),
-        kv_same_strides=same_strides, kv_row_i32=row_i32, kv_slot_stride=k_strides[1],
-    )  # fmt: skip
+    constexprs = launcher.constexprs if launcher is not None else None  # the key's, when it has them
+    if constexprs is None:
+        same_strides = k_strides[:2] == v_strides[:2]
+        row_i32 = same_strides and _key_rows_fit_int32(key_cache, k_strides)
+        constexprs = fwd_constexprs(
+            config, group=num_heads // num_kv_heads, head_dim=head_dim, num_kv_heads=num_kv_heads, page_size=page,
+            rel_extent=rel_logits.shape[2], window_left=window_left, num_splits=num_splits, fwd_pass=fwd_pass,
+            pass1_config=pass1_config, fp32=q.dtype == torch.float32, ptx_gather=_can_run_ptx(rel_logits),
+            kv_same_strides=same_strides, kv_row_i32=row_i32, kv_slot_stride=k_strides[1],
+        )  # fmt: skip
     if num_splits > 1:
         p_out, p_lse = part_out, part_lse
         p_strides = p_lse.stride()

@@ -202,12 +202,16 @@ class Launcher:
     """A compiled kernel launched directly: ``launcher(grid, args)`` with ``args`` every parameter in
     signature order (constexpr values included; the launcher skips them), on the current stream
     of the current CUDA device. Loads the kernel on that device at its first launch. With a Triton
-    launch hook set (profilers), goes through ``CompiledKernel[grid]``, which calls it."""
+    launch hook set (profilers), goes through ``CompiledKernel[grid]``, which calls it.
 
-    __slots__ = ("compiled", "_run", "_function", "_packed")
+    ``constexprs``: the variant's compile-time constants when the caller derived them already (the
+    forward kernel's ``FwdConstexprs`` of a compile key), so the launch need not recompute them."""
 
-    def __init__(self, compiled):
+    __slots__ = ("compiled", "constexprs", "_run", "_function", "_packed")
+
+    def __init__(self, compiled, constexprs=None):
         self.compiled = compiled
+        self.constexprs = constexprs
         self._run = None
 
     def __call__(self, grid: tuple, args: tuple) -> None:
