@@ -5,14 +5,21 @@ functions (no tensors, no device queries: device facts are passed in). Quantitie
 from step to step (token count, number of requests, KV lengths) enter only through buckets
 or through the split count, which is itself a function of buckets, so a serving
 configuration produces a finite set of keys that :mod:`inkling_ops.serving` enumerates.
+
+The key is also the cache key of the compiled kernels (docs/compile_keys.md): besides the
+problem's static facts it carries the layout facts a backend specialises its code on
+(:class:`KVLayout`), read from the call's tensor metadata by :func:`layout_of` (strides and
+data pointers only: no device values, so it is safe under CUDA-graph capture).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
+from .kernels.triton_configs import slot_shift
 from .heuristics import DEFAULT_SPLIT_POLICY, SplitPolicy, bucket_max_seqlen_q, bucket_pow2, num_splits
 from .problem import RelAttnProblem
 
@@ -33,6 +40,48 @@ class CompileKey:
     num_splits: int
     arch: str
     backend: str
+    #: KV heads (the kernel's NUM_KV_HEADS: the grid's head index is split into request and head)
+    num_kv_heads: int = 1
+    #: K and V have the same block and slot strides (one address computation serves both)
+    kv_same_strides: bool = True
+    #: every key row of the cache has an int32 index ``block * (block_stride // slot_stride) + slot``
+    kv_row_i32: bool = True
+    #: log2 of the slot stride when kv_row_i32 and it is a power of two (a shift), else -1
+    kv_slot_shift: int = -1
+    #: every pointer 16-byte aligned and every specialised stride a multiple of 16 elements
+    #: (the compiler may then vectorise loads and stores); False: compiled without those hints
+    aligned: bool = True
+
+    # The key is hashed on every call (a backend's table of compiled kernels): the hash is computed
+    # once per instance and kept outside the fields (never pickled: str hashes differ per process).
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, name) for name in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        return {name: value for name, value in self.__dict__.items() if name != "_hash"}
+
+
+class KVLayout(NamedTuple):
+    """The layout facts of one call's tensors that select compiled code (see :class:`CompileKey`).
+
+    ``slot_stride``: elements between consecutive key slots of a page (0: the standard
+    ``num_kv_heads * head_dim`` of a cache laid out (num_blocks, page_size, Hkv, D), which vLLM's
+    packed K/V views ``kv[:, 0]`` / ``kv[:, 1]`` of a (num_blocks, 2, page_size, Hkv, D) cache keep
+    too). The default is that standard layout, aligned: what an enumeration of a serving
+    configuration assumes.
+    """
+
+    same_strides: bool = True
+    row_i32: bool = True
+    slot_stride: int = 0
+    aligned: bool = True
+
+
+STANDARD_LAYOUT = KVLayout()
 
 
 @dataclass(frozen=True)
@@ -73,8 +122,55 @@ def split_count(
     )
 
 
-def compile_key(problem: RelAttnProblem, *, arch: str, backend: str, splits: int) -> CompileKey:
-    """The key of the kernel that runs ``problem`` with ``splits`` KV splits."""
+def layout_of(args, out: torch.Tensor) -> KVLayout:
+    """The :class:`KVLayout` of one call's tensors (``args``: a ``RelAttnArgs``), from their
+    strides, first dimension and data pointers (host metadata only).
+
+    Aligned: the eight tensors' data pointers are multiples of 16 bytes and the strides the
+    Triton kernels specialise (q, out, K and V: every stride but the last) multiples of 16.
+    """
+    q, k, v, table, seqlens, cu, rel = args  # RelAttnArgs order
+    ks, vs, qs, os_ = k.stride(), v.stride(), q.stride(), out.stride()
+    block, slot = ks[0], ks[1]
+    same = block == vs[0] and slot == vs[1]
+    row_i32 = same and slot > 0 and block % slot == 0 and k.size(0) * (block // slot) < 2**31
+    bits = (
+        q.data_ptr() | k.data_ptr() | v.data_ptr() | rel.data_ptr() | table.data_ptr() | seqlens.data_ptr()
+        | cu.data_ptr() | out.data_ptr() | qs[0] | qs[1] | block | slot | ks[2] | vs[0] | vs[1] | vs[2] | os_[0] | os_[1]
+    )  # fmt: skip
+    return _new_layout(KVLayout, (same, row_i32, slot, not bits & 15))  # KVLayout(...), without its Python __new__
+
+
+_new_layout = tuple.__new__
+
+
+#: compile_key's results by their inputs: a call computes its key from a dictionary lookup, and
+#: equal keys are one object (so tables keyed on them compare by identity)
+_KEYS: dict[tuple, CompileKey] = {}
+_MAX_KEYS = 4096
+
+
+def compile_key(
+    problem: RelAttnProblem, *, arch: str, backend: str, splits: int, layout: KVLayout = STANDARD_LAYOUT
+) -> CompileKey:
+    """The key of the kernels that run ``problem`` with ``splits`` KV splits on tensors laid out
+    as ``layout`` (default: the standard, aligned layout of a serving configuration)."""
+    m = problem.max_seqlen_q
+    inputs = (
+        problem.dtype, problem.kv_dtype, problem.head_dim, problem.num_heads, problem.num_kv_heads,
+        problem.page_size, problem.rel_extent, problem.causal, problem.window_left,
+        1 << max(0, m - 1).bit_length(), splits, arch, backend, layout,
+    )  # fmt: skip
+    key = _KEYS.get(inputs)
+    if key is None:
+        if len(_KEYS) >= _MAX_KEYS:
+            _KEYS.clear()
+        key = _KEYS[inputs] = _make_key(problem, arch=arch, backend=backend, splits=splits, layout=layout)
+    return key
+
+
+def _make_key(problem: RelAttnProblem, *, arch: str, backend: str, splits: int, layout: KVLayout) -> CompileKey:
+    row_i32 = layout.row_i32
     return CompileKey(
         dtype=dtype_name(problem.dtype),
         kv_dtype=dtype_name(problem.kv_dtype),
@@ -88,4 +184,9 @@ def compile_key(problem: RelAttnProblem, *, arch: str, backend: str, splits: int
         num_splits=splits,
         arch=arch,
         backend=backend,
+        num_kv_heads=problem.num_kv_heads,
+        kv_same_strides=layout.same_strides,
+        kv_row_i32=row_i32,
+        kv_slot_shift=slot_shift(layout.slot_stride or problem.num_kv_heads * problem.head_dim) if row_i32 else -1,
+        aligned=layout.aligned,
     )

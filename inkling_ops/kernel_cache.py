@@ -1,76 +1,241 @@
-"""The on-disk cache of our compiled kernels: where it is, what it holds, and clearing it.
+"""The persistent store of our compiled kernels: where it is, reading and writing entries, info and clear.
 
-Today the Triton backend's kernels live in Triton's own cache (``TRITON_CACHE_DIR``, by
-default ``~/.triton/cache``): one directory per compiled variant, holding files named after
-the kernel. Our entries are the directories whose kernel is one of :data:`KERNEL_NAMES`;
-``clear`` removes only those and leaves other programs' kernels alone.
+Layout (docs/compile_keys.md has an example)::
+
+    <root>/                      INKLING_OPS_CACHE_DIR, else ~/.cache/inkling_ops
+      <arch>-<fingerprint>/      one per (our version, kernel sources, toolchain versions, arch)
+        FINGERPRINT.json         what the fingerprint was made of
+        <entry>/                 one compiled variant: the hash of its spec
+          <kernel>.json          Triton's metadata
+          <kernel>.cubin         the binary
+          MANIFEST.json          written last: each file's size and sha256, and the spec
+
+An entry is written into a temporary directory and renamed into place, so readers see a
+complete entry or none; when another process renamed its copy first, ours is discarded. An
+entry whose files do not match its manifest (truncated, corrupt, or no manifest) is reported
+with ``warnings.warn`` and rebuilt, never fatal. This module knows nothing of Triton: a
+backend gives it bytes and gets paths back.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import shutil
+import sys
+import tempfile
+import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The ``@triton.jit`` functions of inkling_ops/kernels/.
-KERNEL_NAMES = ("rel_attn_fwd_kernel", "rel_attn_combine_kernel")
+MANIFEST = "MANIFEST.json"
+FINGERPRINT = "FINGERPRINT.json"
+#: Files of inkling_ops/kernels/ whose contents enter the fingerprint.
+KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 
 
 def cache_dir() -> Path:
-    """Triton's cache directory as Triton resolves it (``TRITON_CACHE_DIR`` wins)."""
-    try:
-        from triton import knobs
+    """The store's root: ``INKLING_OPS_CACHE_DIR``, else ``~/.cache/inkling_ops``."""
+    root = os.environ.get("INKLING_OPS_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "inkling_ops"
 
-        return Path(knobs.cache.dir)
-    except (ImportError, AttributeError):
-        return Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+
+def package_version() -> str:
+    """inkling_ops.__version__, read without importing the package (this module is imported while
+    the package initialises): from the loaded package, else the installed distribution's metadata."""
+    version = getattr(sys.modules.get("inkling_ops"), "__version__", None)
+    if version is None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("inkling_ops")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
+    return version
+
+
+@functools.lru_cache(maxsize=1)
+def sources_hash(directory: Path = KERNELS_DIR) -> str:
+    """sha256 of the kernel modules' contents (``*.py`` of ``directory``, by name)."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def toolchain_versions() -> dict[str, str]:
+    """Versions of torch, triton and (when installed) nvidia-cutlass-dsl."""
+    from importlib import metadata
+
+    versions = {}
+    for name in ("torch", "triton", "nvidia-cutlass-dsl"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def fingerprint(arch: str, *, version: str | None = None, sources: str | None = None, toolchain: dict | None = None) -> dict:
+    """What one store directory is specific to (defaults: this process's package, kernel sources
+    and toolchain)."""
+    return dict(
+        inkling_ops=version if version is not None else package_version(),
+        kernel_sources=sources if sources is not None else sources_hash(),
+        toolchain=dict(toolchain if toolchain is not None else toolchain_versions()),
+        arch=arch,
+    )
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class KernelStore:
+    """The entries of one fingerprint under ``root`` (default :func:`cache_dir`)."""
+
+    def __init__(self, arch: str, *, root: Path | str | None = None, facts: dict | None = None):
+        self.root = Path(root) if root is not None else cache_dir()
+        self.facts = facts if facts is not None else fingerprint(arch)
+        digest = _sha256(json.dumps(self.facts, sort_keys=True).encode())[:16]
+        self.directory = self.root / f"{arch}-{digest}"
+
+    def get(self, entry: str) -> dict[str, Path] | None:
+        """The files of a complete entry (name -> path, the manifest left out), or None: absent, or
+        broken (then a warning says so, and the caller rebuilds it with :meth:`put`)."""
+        path = self.directory / entry
+        if not path.is_dir():
+            return None
+        problem = self._check(path)
+        if problem is None:
+            return {name: path / name for name in json.loads((path / MANIFEST).read_text())["files"]}
+        warnings.warn(f"inkling_ops kernel cache: entry {path} is broken ({problem}); rebuilding it", stacklevel=3)
+        return None
+
+    @staticmethod
+    def _check(path: Path) -> str | None:
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+            files = manifest["files"]
+        except FileNotFoundError:
+            return "no manifest"
+        except (ValueError, KeyError, TypeError) as exc:
+            return f"unreadable manifest: {exc}"
+        for name, want in files.items():
+            try:
+                data = (path / name).read_bytes()
+            except OSError:
+                return f"{name} is missing"
+            if len(data) != want.get("size") or _sha256(data) != want.get("sha256"):
+                return f"{name} does not match the manifest (size {len(data)}, expected {want.get('size')})"
+        return None
+
+    def put(self, entry: str, files: dict[str, bytes], *, describe: str = "") -> dict[str, Path]:
+        """Write ``files`` (name -> bytes) as ``entry`` and return its files as :meth:`get` does.
+
+        Atomic: the entry appears complete or not at all. If another process wrote the entry
+        meanwhile, its copy is kept and ours dropped; a broken entry in the way is replaced.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        facts_path = self.directory / FINGERPRINT
+        if not facts_path.exists():
+            self._write_atomically(facts_path, json.dumps(self.facts, indent=1, sort_keys=True).encode())
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry}.", dir=self.directory))
+        try:
+            for name, data in files.items():
+                (tmp / name).write_bytes(data)
+            manifest = dict(
+                files={name: dict(size=len(data), sha256=_sha256(data)) for name, data in files.items()},
+                spec=describe,
+            )
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))  # last: marks the entry complete
+            final = self.directory / entry
+            for _ in range(2):
+                try:
+                    os.rename(tmp, final)  # fails when final exists and is not empty
+                    break
+                except OSError:
+                    if self._check(final) is None:
+                        break  # another process won; keep its entry
+                    self._discard(final)  # broken: move it aside, then try again
+            else:
+                raise RuntimeError(f"could not write kernel cache entry {final}")
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return {name: self.directory / entry / name for name in files}
+
+    def discard(self, entry: str) -> None:
+        """Remove ``entry`` (one the backend found unusable), so that :meth:`put` can write it again."""
+        self._discard(self.directory / entry)
+
+    @staticmethod
+    def _discard(path: Path) -> None:
+        aside = path.with_name(f".{path.name}.broken.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(path, aside)
+        except OSError:
+            return  # someone else moved or replaced it
+        shutil.rmtree(aside, ignore_errors=True)
+
+    @staticmethod
+    def _write_atomically(path: Path, data: bytes) -> None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+
+def _entries(root: Path) -> list[Path]:
+    """Entry directories (with a manifest or not) of every fingerprint under ``root``."""
+    if not root.is_dir():
+        return []
+    return sorted(
+        entry
+        for fp in root.iterdir()
+        if fp.is_dir() and not fp.name.startswith(".")
+        for entry in fp.iterdir()
+        if entry.is_dir() and not entry.name.startswith(".")
+    )
 
 
 @dataclass(frozen=True)
 class CacheInfo:
-    """Our entries in the cache at ``location``: ``entries`` per kernel name, ``size_bytes`` in all."""
+    """The store at ``location``: ``entries`` (compiled variants) per fingerprint directory, ``size_bytes`` in all."""
 
     location: Path
     entries: dict[str, int]
     size_bytes: int
 
     def __str__(self) -> str:
-        per_kernel = ", ".join(f"{name}: {n}" for name, n in self.entries.items())
         total = sum(self.entries.values())
-        return f"{self.location}: {total} compiled variants ({per_kernel}), {self.size_bytes / 1e6:.1f} MB"
-
-
-def _our_entries(location: Path) -> list[tuple[Path, str]]:
-    found = []
-    if not location.is_dir():
-        return found
-    for entry in sorted(location.iterdir()):
-        if not entry.is_dir():
-            continue
-        for name in KERNEL_NAMES:
-            if (entry / f"{name}.json").exists() or (entry / f"{name}.cubin").exists():
-                found.append((entry, name))
-                break
-    return found
+        lines = [f"{self.location}: {total} compiled variants, {self.size_bytes / 1e6:.1f} MB"]
+        lines += [f"  {name}: {n}" for name, n in sorted(self.entries.items())]
+        return "\n".join(lines)
 
 
 def info(location: Path | None = None) -> CacheInfo:
-    """Count our compiled variants and their size under ``location`` (default :func:`cache_dir`)."""
-    location = location or cache_dir()
-    entries = dict.fromkeys(KERNEL_NAMES, 0)
+    """Entries and size of the store under ``location`` (default :func:`cache_dir`)."""
+    location = Path(location) if location is not None else cache_dir()
+    entries: dict[str, int] = {}
     size = 0
-    for entry, name in _our_entries(location):
-        entries[name] += 1
+    for entry in _entries(location):
+        entries[entry.parent.name] = entries.get(entry.parent.name, 0) + 1
         size += sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
     return CacheInfo(location=location, entries=entries, size_bytes=size)
 
 
 def clear(location: Path | None = None) -> int:
-    """Delete our compiled variants under ``location`` (default :func:`cache_dir`); returns how many."""
-    location = location or cache_dir()
-    removed = 0
-    for entry, _ in _our_entries(location):
-        shutil.rmtree(entry, ignore_errors=True)
-        removed += 1
-    return removed
+    """Delete every entry (and fingerprint directory) under ``location`` (default :func:`cache_dir`);
+    returns how many entries. Other files under the root are left alone."""
+    location = Path(location) if location is not None else cache_dir()
+    entries = _entries(location)
+    fingerprints = {entry.parent for entry in entries}
+    if location.is_dir():
+        fingerprints |= {fp for fp in location.iterdir() if (fp / FINGERPRINT).is_file()}
+    for fp in fingerprints:
+        shutil.rmtree(fp, ignore_errors=True)
+    return len(entries)

@@ -1,12 +1,15 @@
-"""Warmup: run one call of every compile key of a serving configuration before serving.
+"""Warmup: compile every compile key of a serving configuration before serving.
 
-:func:`warmup` walks the same ``(max_seqlen_q bucket, request-count bucket)`` pairs that
-:func:`inkling_ops.serving.enumerate_compile_keys` walks, builds one small call for each pair
-whose key it has not run yet, and runs it on the device, so that the kernels of every key are
-compiled (and land in the backend's on-disk cache) before the first request.
+:func:`warmup` enumerates the keys of a configuration for a target device
+(:func:`inkling_ops.serving.enumerate_compile_keys`) and has the backend compile each one from
+the key alone (``Backend.compile``): no tensors, no kernel launch, and for the Triton backend no
+GPU either, so a build machine can fill the persistent kernel store (:mod:`inkling_ops.kernel_cache`)
+for the GPU that will serve, given its :class:`~inkling_ops.compile_keys.DeviceFacts`. The
+serving process computes the same keys and finds every kernel in the store (same versions, same
+arch: the store's fingerprint).
 
-The calls are small: every request's KV length equals its new tokens, the block table has the
-configuration's width, and all requests read the same few pages.
+A backend that cannot compile without tensors (its ``compile`` raises NotImplementedError) is
+warmed by running one small call per key on the device instead (:func:`representative_args`).
 """
 
 from __future__ import annotations
@@ -16,22 +19,35 @@ from dataclasses import dataclass
 
 import torch
 
-from . import dispatch
-from .compile_keys import CompileKey, compile_key, split_count
+from . import dispatch, strict
+from .compile_keys import CompileKey, DeviceFacts
 from .problem import RelAttnArgs
-from .serving import ServingConfig, problem_for, representative_calls
+from .serving import ServingConfig, enumerate_compile_keys, problem_for
 
 
 @dataclass(frozen=True)
 class WarmupSummary:
-    """What one :func:`warmup` did."""
+    """What one :func:`warmup` did: the keys, and how their kernels were obtained (``compiled``
+    now, ``loaded`` from the persistent store, or ``shared`` with a key warmed before: prefill
+    buckets of one layer share kernels)."""
 
     backend: str
+    arch: str
     keys: tuple[CompileKey, ...]
     seconds: float
+    compiled: int = 0
+    loaded: int = 0
+    shared: int = 0
+    launched: int = 0  # keys warmed by running a call (backends that cannot compile from a key)
 
     def __str__(self) -> str:
-        return f"warmup: {len(self.keys)} compile keys on backend {self.backend!r} in {self.seconds:.1f} s"
+        kernels = f"{self.compiled} kernels compiled, {self.loaded} loaded from the cache"
+        if self.launched:
+            kernels += f", {self.launched} keys warmed by a call"
+        return (
+            f"warmup: {len(self.keys)} compile keys on backend {self.backend!r} for {self.arch}: "
+            f"{kernels} in {self.seconds:.1f} s"
+        )
 
 
 def representative_args(
@@ -73,50 +89,70 @@ def representative_args(
 def warmup(
     config: ServingConfig,
     *,
-    device: torch.device | str | None = None,
+    facts: DeviceFacts | None = None,
     backend: str | None = None,
+    device: torch.device | str | None = None,
     progress: bool = True,
 ) -> WarmupSummary:
-    """Run one call per compile key of ``config`` on ``device`` (default: the current CUDA device).
+    """Compile every compile key of ``config`` for a device with ``facts`` into the kernel store.
 
-    ``backend``: the backend the serving calls will use (None: the dispatcher's default choice).
-    Shows a progress bar (tqdm, when installed) unless ``progress`` is False. Returns what it did.
+    ``facts``: the target device (``DeviceFacts(arch="sm_90a", num_sms=132)`` on a machine without
+    it); None: those of ``device`` (default: the current CUDA device, else the CPU).
+    ``backend``: the backend the serving calls will use (None: the dispatcher's default choice for
+    the target). ``device`` is used only by a backend that must run calls to warm (see the module
+    docstring). Shows a progress bar (tqdm, when installed) unless ``progress`` is False. Records
+    the keys with ``strict.note_warmed``. Returns what it did.
 
-    Equivalent PyTorch: for every key of ``enumerate_compile_keys(config, ...)``, one
-    ``inkling_ops.rel_attn(...)`` call whose problem has that key.
+    Equivalent PyTorch: for every key of ``enumerate_compile_keys(config, facts=facts, ...)``,
+    ``backend.compile(key)``.
     """
-    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-    facts = dispatch.device_facts(device)
-    todo: dict[CompileKey, tuple[int, int]] = {}
-    chosen = None
+    if facts is None:
+        device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        facts = dispatch.device_facts(device)
+    target = "cuda" if facts.arch.startswith("sm_") else "cpu"
     max_q = min(config.max_num_batched_tokens, config.max_model_len)
-    for q_bucket, reqs in representative_calls(config):
-        max_seqlen_q = min(q_bucket, max_q)
-        problem = problem_for(config, num_tokens=max_seqlen_q + reqs - 1, num_reqs=reqs, max_seqlen_q=max_seqlen_q)
-        problem = problem._replace(device_type=device.type)
-        chosen = dispatch.select_backend(problem, facts, backend)
-        splits = 1 if chosen.split_policy is None else split_count(problem, facts, chosen.split_policy)
-        key = compile_key(problem, arch=facts.arch, backend=chosen.name, splits=splits)
-        todo.setdefault(key, (max_seqlen_q, reqs))
+    # The backend the dispatcher picks for a call of this configuration on the target.
+    probe = problem_for(config, num_tokens=1, num_reqs=1, max_seqlen_q=1)._replace(device_type=target)
+    chosen = dispatch.select_backend(probe, facts, backend)
+    keys = sorted(enumerate_compile_keys(config, facts=facts, backend=chosen.name, policy=chosen.split_policy))
 
-    items = sorted(todo.items())
-    bar = _progress(len(items), enabled=progress)
+    stats = getattr(chosen, "compile_stats", None)
+    before = dict(stats) if stats is not None else {}
+    launched = 0
+    bar = _progress(len(keys), enabled=progress)
     start = time.perf_counter()
+    for key in keys:
+        bar.set_description(f"q<={key.max_seqlen_q_bucket} splits={key.num_splits}")
+        try:
+            chosen.compile(key)
+        except NotImplementedError:
+            _warm_by_a_call(config, key, max_q=max_q, device=device)
+            launched += 1
+        bar.update(1)
+    bar.close()
+    seconds = time.perf_counter() - start
+    strict.note_warmed(chosen.name, keys)
+    after = dict(stats) if stats is not None else {}
+    counts = {name: after.get(name, 0) - before.get(name, 0) for name in ("compiled", "loaded", "memory")}
+    return WarmupSummary(
+        backend=chosen.name, arch=facts.arch, keys=tuple(keys), seconds=seconds, compiled=counts["compiled"],
+        loaded=counts["loaded"], shared=counts["memory"], launched=launched,
+    )  # fmt: skip
+
+
+def _warm_by_a_call(config: ServingConfig, key: CompileKey, *, max_q: int, device) -> None:
+    """One call with ``key``'s bucket on ``device``, for a backend that compiles only when it runs."""
+    device = torch.device(device if device is not None else "cuda")
+    max_seqlen_q = min(key.max_seqlen_q_bucket, max_q)
+    args, out = representative_args(config, max_seqlen_q=max_seqlen_q, num_reqs=1, device=device)
     with torch.inference_mode():
-        for key, (max_seqlen_q, reqs) in items:
-            bar.set_description(f"q<={key.max_seqlen_q_bucket} reqs={reqs} splits={key.num_splits}")
-            args, out = representative_args(config, max_seqlen_q=max_seqlen_q, num_reqs=reqs, device=device)
-            torch.ops.inkling.rel_attn_out(
-                *args, max_seqlen_q=max_seqlen_q, softmax_scale=1.0 / config.head_dim,
-                window_size=[config.window_left, 0] if config.window_left >= 0 else [-1, -1],
-                backend=key.backend, out=out,
-            )  # fmt: skip
-            bar.update(1)
+        torch.ops.inkling.rel_attn_out(
+            *args, max_seqlen_q=max_seqlen_q, softmax_scale=1.0 / config.head_dim,
+            window_size=[config.window_left, 0] if config.window_left >= 0 else [-1, -1],
+            num_splits=key.num_splits, backend=key.backend, out=out,
+        )  # fmt: skip
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    bar.close()
-    name = chosen.name if chosen is not None else (backend or "none")
-    return WarmupSummary(backend=name, keys=tuple(key for key, _ in items), seconds=time.perf_counter() - start)
 
 
 class _PlainProgress:

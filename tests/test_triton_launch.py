@@ -1,183 +1,102 @@
-"""CachedLauncher's keys, against a stand-in for a ``triton.jit`` kernel (no GPU, no compiler).
-
-The stand-in "compiles" once per distinct Triton specialization (constexpr values, pointer dtype
-and 16-byte alignment, int type and for specialized ints whether 1 / a multiple of 16) and
-records every launch, so the tests can see which compiled variant each call ran.
-"""
+"""kernels/triton_launch.py without a GPU: what a KernelSpec specialises, and how a Launcher calls a
+compiled kernel (against a stand-in for Triton's CompiledKernel)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import pytest
 import torch
 
-from inkling_ops.kernels.triton_launch import CachedLauncher
+from inkling_ops.kernels import triton_launch
+from inkling_ops.kernels.triton_launch import Launcher, KernelSpec, cuda_target, make_spec, next_pow2, triton_type
+
+pytest.importorskip("triton")
 
 
-@dataclass
-class Param:
-    name: str
-    is_constexpr: bool = False
-    do_not_specialize: bool = False
+def toy_kernel(x_ptr, y_ptr, scale, n, stride_x, stride_u, BLOCK):
+    pass
 
 
-def _spec(param: Param, arg):
-    """What Triton specializes on, for one argument."""
-    if param.is_constexpr:
-        return ("c", arg)
-    if isinstance(arg, torch.Tensor):
-        return ("t", arg.dtype, arg.data_ptr() % 16 == 0)
-    if isinstance(arg, bool) or not isinstance(arg, int):
-        return ("o", type(arg))
-    fits = -(2**31) <= arg < 2**31
-    if param.do_not_specialize:
-        return ("i", fits)
-    return ("i", fits, arg == 1, arg % 16 == 0)
+class _Fn:
+    """A stand-in for a jit kernel: only its function's name and parameters matter to make_spec."""
+
+    fn = staticmethod(toy_kernel)
 
 
-class FakeCompiled:
-    def __init__(self, spec, launches):
-        self.spec, self.launches = spec, launches
-        self.function = object()
-
-    def run(self, *args):  # pragma: no cover - only its presence matters
-        raise AssertionError
-
-    def __getitem__(self, grid):
-        assert len(grid) == 3
-        return lambda *args: self.launches.append((self.spec, args))
+def _spec(**kw) -> KernelSpec:
+    args = dict(
+        pointers=dict(x_ptr="*bf16", y_ptr="*fp32"), aligned=True, hinted=frozenset(["stride_x"]),
+        unit=frozenset(["stride_u"]), floats=frozenset(["scale"]), num_warps=4, num_stages=2, maxnreg=None, arch=90,
+    )  # fmt: skip
+    return make_spec(_Fn, {"BLOCK": 64}, **(args | kw))
 
 
-class FakeKernel:
-    params = [
-        Param("x_ptr"), Param("y_ptr"), Param("scale"), Param("n", do_not_specialize=True), Param("stride_x"),
-        Param("BLOCK", is_constexpr=True),
-    ]  # fmt: skip
+def test_make_spec_types_hints_and_constants():
+    spec = _spec()
+    assert spec.kernel == "toy_kernel"
+    assert spec.signature == ("*bf16", "*fp32", "fp32", "i32", "i32", "constexpr", "constexpr")
+    assert spec.constexprs == (("stride_u", 1), ("BLOCK", 64))  # in signature order
+    assert spec.divisible == ("x_ptr", "y_ptr", "stride_x")  # n is not hinted: not specialised
+    assert spec.options() == dict(num_warps=4, num_stages=2)
+    assert _spec(maxnreg=168).options() == dict(num_warps=4, num_stages=2, maxnreg=168)
+
+
+def test_an_unaligned_spec_has_no_hints_and_another_digest():
+    aligned, unaligned = _spec(), _spec(aligned=False)
+    assert unaligned.divisible == () and unaligned.signature == aligned.signature
+    assert aligned.digest() != unaligned.digest() and aligned.digest() == _spec().digest()
+    assert len({_spec(num_warps=8).digest(), _spec(maxnreg=128).digest(), _spec(arch=80).digest(), aligned.digest()}) == 4
+
+
+def test_small_helpers():
+    assert [next_pow2(n) for n in (0, 1, 2, 3, 17)] == [1, 1, 2, 4, 32]
+    assert triton_type("bfloat16") == "*bf16" and triton_type("float32") == "*fp32"
+    with pytest.raises(ValueError, match="dtype is 'complex64'"):
+        triton_type("complex64")
+    assert cuda_target("sm_90a") == 90 and cuda_target("sm_80") == 80 and cuda_target("sm_100a") == 100
+    with pytest.raises(ValueError, match="arch is 'cpu'"):
+        cuda_target("cpu")
+
+
+def test_compiling_under_the_interpreter_says_why_not():
+    if not triton_launch.INTERPRETED:
+        pytest.skip("this session compiles (TRITON_INTERPRET unset)")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        triton_launch.jit_function("rel_attn_fwd_kernel")
+
+
+class _FakeCompiled:
+    """Triton's CompiledKernel as a Launcher uses it: ``run`` (loading the module on first access),
+    ``function``, ``packed_metadata`` and ``[grid](*args)``."""
 
     def __init__(self):
-        self.compiled: dict[tuple, FakeCompiled] = {}
-        self.launches: list = []
-        self.slow_calls = 0
+        self.loads, self.runs, self.indexed = 0, [], []
+        self.function, self.packed_metadata = "fn-handle", "packed"
 
-    def run(self, *args):  # pragma: no cover - only its presence matters
-        raise AssertionError
+    @property
+    def run(self):
+        self.loads += 1
+        return lambda *a: self.runs.append(a)
 
     def __getitem__(self, grid):
-        def launch(*args, num_warps, num_stages, **options):
-            self.slow_calls += 1
-            spec = (num_warps, num_stages, tuple(sorted(options.items()))) + tuple(
-                _spec(p, a) for p, a in zip(self.params, args)
-            )
-            compiled = self.compiled.setdefault(spec, FakeCompiled(spec, self.launches))
-            self.launches.append((spec, args))
-            return compiled
-
-        return launch
+        return lambda *args: self.indexed.append((grid, args))
 
 
-def _args(x, y, scale=0.5, n=7, stride=16, block=64):
-    return (x, y, scale, n, stride, block)
+def test_launcher_runs_the_compiled_kernel_on_the_current_stream(monkeypatch):
+    from triton import knobs
 
-
-@pytest.fixture
-def tensors():
-    base = torch.zeros(64)
-    return base[:32], base[:16], base[1:17]  # two 16-byte aligned views, one not
-
-
-def _run(launcher, args, **kw):
-    kw = dict(num_warps=4, num_stages=2) | kw
-    launcher((1,), args, **kw)
-    return launcher.kernel.launches[-1][0]
-
-
-def test_same_call_launches_the_cached_variant_without_triton(tensors):
-    x, y, _ = tensors
-    kernel = FakeKernel()
-    launcher = CachedLauncher(kernel)
-    first = _run(launcher, _args(x, y))
-    for n in (7, 8, 1000):  # an unspecialized int may change freely
-        assert _run(launcher, _args(x, y, n=n)) == first
-    assert kernel.slow_calls == 1 and len(kernel.compiled) == 1
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        dict(block=128),  # a constexpr
-        dict(stride=1),  # a specialized int becomes 1
-        dict(stride=24),  # ... or stops being a multiple of 16
-        dict(n=2**40),  # an unspecialized int no longer fits int32
-        dict(scale=1),  # a float argument given as an int
-        dict(stride=True),  # a bool where an int was
-    ],
-    ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
-)
-def test_a_new_specialization_is_never_served_from_the_cache(tensors, change):
-    x, y, _ = tensors
-    kernel = FakeKernel()
-    launcher = CachedLauncher(kernel)
-    base = _run(launcher, _args(x, y))
-    changed = _run(launcher, _args(x, y, **change))
-    assert changed == _spec_of(kernel, _args(x, y, **change))
-    assert changed != base
-    assert _run(launcher, _args(x, y)) == base  # and the first variant is still there
-
-
-def _spec_of(kernel, args, num_warps=4, num_stages=2):
-    return (num_warps, num_stages, ()) + tuple(_spec(p, a) for p, a in zip(kernel.params, args))
-
-
-def test_pointer_alignment_and_dtype_select_the_variant(tensors):
-    x, y, misaligned = tensors
-    kernel = FakeKernel()
-    launcher = CachedLauncher(kernel)
-    aligned = _run(launcher, _args(x, y))
-    assert _run(launcher, _args(x, misaligned)) == _spec_of(kernel, _args(x, misaligned)) != aligned
-    half = torch.zeros(32, dtype=torch.float16)
-    assert _run(launcher, _args(x, half)) == _spec_of(kernel, _args(x, half)) != aligned
-    assert _run(launcher, _args(x, y)) == aligned
-
-
-def test_launch_options_are_part_of_the_key(tensors):
-    x, y, _ = tensors
-    kernel = FakeKernel()
-    launcher = CachedLauncher(kernel)
-    plain = _run(launcher, _args(x, y))
-    assert _run(launcher, _args(x, y), num_warps=8) != plain
-    assert _run(launcher, _args(x, y), maxnreg=128) != plain
-    assert _run(launcher, _args(x, y)) == plain
-
-
-def test_a_non_tensor_pointer_or_tensor_value_falls_back_to_the_exact_key(tensors):
-    x, y, _ = tensors
-    kernel = FakeKernel()
-    launcher = CachedLauncher(kernel)
-    # a tensor where a scalar is expected: never keyed by object identity
-    args = (x, y, 0.5, 7, torch.zeros(2), 64)
-    first = _run(launcher, args)
-    assert _run(launcher, args) == first
-    assert not launcher._by_fast_key  # nothing was keyed by value
-
-
-def test_the_fast_key_table_is_bounded(tensors, monkeypatch):
-    x, y, _ = tensors
-    kernel = FakeKernel()
-    launcher = CachedLauncher(kernel)
-    monkeypatch.setattr(CachedLauncher, "MAX_FAST_KEYS", 4)
-    for stride in range(16, 16 * 20, 16):  # one Triton variant, many values
-        _run(launcher, _args(x, y, stride=stride))
-    assert len(launcher._by_fast_key) <= 4 and len(kernel.compiled) == 1
-
-
-@pytest.mark.parametrize("first,second", [(dict(scale=1.0), dict(scale=1)), (dict(stride=1), dict(stride=True))])
-def test_equal_values_of_another_type_are_another_variant(tensors, first, second):
-    """1.0 == 1 == True in Python (and hash alike), but Triton types them fp32, i32 and i1."""
-    x, y, _ = tensors
-    kernel = FakeKernel()
-    launcher = CachedLauncher(kernel)
-    a = _run(launcher, _args(x, y, **first))
-    b = _run(launcher, _args(x, y, **second))
-    assert a == _spec_of(kernel, _args(x, y, **first)) and b == _spec_of(kernel, _args(x, y, **second))
-    assert a != b
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1000 + device, raising=False)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", None)
+    compiled = _FakeCompiled()
+    launcher = Launcher(compiled)
+    launcher((2, 1, 5), ("a", 1, 2.0))
+    launcher((4, 4, 4), ("b",))
+    assert compiled.loads == 1  # loaded once, then the bound launch is reused
+    assert compiled.runs == [
+        (2, 1, 5, 1003, "fn-handle", "packed", None, None, None, "a", 1, 2.0),
+        (4, 4, 4, 1003, "fn-handle", "packed", None, None, None, "b"),
+    ]
+    hook = lambda *a: None  # noqa: E731  (a profiler's launch hook: Triton's own path calls it)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hook)
+    launcher((1, 1, 1), ("c",))
+    assert compiled.indexed == [((1, 1, 1), ("c",))] and len(compiled.runs) == 2

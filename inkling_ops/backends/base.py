@@ -1,7 +1,9 @@
 """The interface every kernel backend implements.
 
 A backend declares what it supports and says why not (``why_not``), so the dispatcher can pick
-one or explain a refusal, and it runs a validated call (``run``). Backends import nothing from
+one or explain a refusal, it runs a validated call (``run``), and it compiles the kernels of a
+compile key ahead of time, without tensors (``compile``; nothing for a backend that compiles
+nothing). Backends import nothing from
 the dispatcher or the op registration.
 """
 
@@ -11,7 +13,7 @@ import abc
 
 import torch
 
-from ..compile_keys import DeviceFacts
+from ..compile_keys import CompileKey, DeviceFacts
 from ..heuristics import SplitPolicy
 from ..problem import RelAttnArgs, RelAttnProblem
 
@@ -39,3 +41,9 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def run(self, problem: RelAttnProblem, splits: int, args: RelAttnArgs, out: torch.Tensor) -> None:
         """Write the result of a validated call (``problem``, its tensors ``args``) into ``out``."""
+
+    def compile(self, key: CompileKey) -> list:
+        """Compile (or load from the persistent store) every kernel a call with ``key`` launches,
+        without tensors and without launching; returns them. A backend with nothing to compile
+        (the reference) returns an empty list."""
+        return []

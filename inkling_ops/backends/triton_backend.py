@@ -3,15 +3,25 @@
 The CUDA default. On CPU tensors it runs only under Triton's interpreter (``TRITON_INTERPRET=1``),
 which the tests use; it is never the CPU default. Split-KV workspace is allocated through torch,
 so under CUDA-graph capture it comes from the graph's memory pool; nothing syncs with the host.
+
+Compiled kernels are keyed by the call's :class:`~inkling_ops.compile_keys.CompileKey` and nothing
+else: :func:`kernel_plan` maps a key to its launch configuration and the specs of every kernel it
+launches (the forward passes, the combine of a split key), :meth:`TritonBackend.compile` compiles
+them without tensors (for the key's arch, on any machine), and :meth:`TritonBackend.run` finds a
+call's kernels in memory, then in the persistent store (:mod:`inkling_ops.kernel_cache`), and
+compiles only when both miss (after :func:`inkling_ops.strict.check_compile`).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
+from typing import NamedTuple
 
 import torch
 
-from ..compile_keys import DeviceFacts
+from .. import kernel_cache, strict
+from ..compile_keys import CompileKey, DeviceFacts, compile_key, layout_of
 from ..heuristics import SplitPolicy, bucket_max_seqlen_q
 from ..problem import RelAttnArgs, RelAttnProblem
 from .base import Backend
@@ -27,6 +37,8 @@ TRITON_SPLIT_POLICY = SplitPolicy(
     band_only_programs_per_sm=1, band_only_min_keys_per_split=128,
 )  # fmt: skip
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
+#: Triton's interpreter (read once, as the kernel modules read it at import): no compiled kernels
+_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 _kernel_modules_cache: tuple = ()
 
@@ -42,11 +54,142 @@ def _kernel_modules():
     return _kernel_modules_cache
 
 
+class KernelPlan(NamedTuple):
+    """What a compile key launches: the configuration, then one spec per launch in order (the
+    forward passes, then the combine of a split key)."""
+
+    config: object  # triton_configs.FwdConfig
+    specs: tuple  # triton_launch.KernelSpec, one per launch
+    constexprs: tuple = ()  # the forward launches' FwdConstexprs, in order (the combine has none)
+
+
+def kernel_plan(key: CompileKey) -> KernelPlan:
+    """The launches of ``key`` (whose arch must be a CUDA one, e.g. ``"sm_90a"``), from the key alone.
+
+    The same decisions as :func:`run_triton` on a call with that key: a two-pass prefill when the
+    configuration has a plain pass, the key is unsplit and the layer has plain tiles; a split key
+    adds the combine.
+    """
+    triton_configs, fwd_module, combine_module = _kernel_modules()
+    from ..kernels.triton_launch import cuda_target
+
+    arch = cuda_target(key.arch)
+    config = triton_configs.fwd_config(
+        head_dim=key.head_dim, q_per_kv=key.q_per_kv, max_seqlen_q_bucket=key.max_seqlen_q_bucket,
+        window_left=key.window_left, rel_extent=key.rel_extent, page_size=key.page_size,
+    )  # fmt: skip
+    common = dict(
+        group=key.q_per_kv, head_dim=key.head_dim, num_kv_heads=key.num_kv_heads, page_size=key.page_size,
+        rel_extent=key.rel_extent, window_left=key.window_left, fp32=key.dtype == "float32",
+        ptx_gather=key.dtype in ("bfloat16", "float16"), kv_same_strides=key.kv_same_strides,
+        kv_row_i32=key.kv_row_i32,
+        # fwd_constexprs takes the slot stride; the key keeps its log2 (0 has none: no shift)
+        kv_slot_stride=1 << key.kv_slot_shift if key.kv_slot_shift >= 0 else 0,
+    )  # fmt: skip
+    spec_args = dict(dtype=key.dtype, kv_dtype=key.kv_dtype, aligned=key.aligned, arch=arch)
+    plain = config.plain
+    if key.num_splits == 1 and plain is not None and (key.window_left < 0 or key.window_left >= key.rel_extent):
+        pass1 = triton_configs.fwd_constexprs(plain, **common, fwd_pass=1)
+        pass2 = triton_configs.fwd_constexprs(config, **common, fwd_pass=2, pass1_config=plain)
+        specs = (fwd_module.fwd_spec(pass1, plain, **spec_args), fwd_module.fwd_spec(pass2, config, **spec_args))
+        return KernelPlan(config, specs, (pass1, pass2))
+    constexprs = triton_configs.fwd_constexprs(config, **common, num_splits=key.num_splits)
+    specs = (fwd_module.fwd_spec(constexprs, config, **spec_args),)
+    if key.num_splits > 1:
+        specs += (
+            combine_module.combine_spec(
+                num_splits=key.num_splits, head_dim=key.head_dim, dtype=key.dtype, aligned=key.aligned, arch=arch
+            ),
+        )
+    return KernelPlan(config, specs, (constexprs,))
+
+
+def cuda_arch(capability: tuple[int, int]) -> str:
+    """``(9, 0)`` -> ``"sm_90a"`` (Hopper's arch-specific features), ``(8, 0)`` -> ``"sm_80"``."""
+    major, minor = capability
+    return f"sm_{major}{minor}{'a' if (major, minor) == (9, 0) else ''}"
+
+
 class TritonBackend(Backend):
     name = "triton"
     device_types = ("cuda", "cpu")
     default_device_types = ("cuda",)
     split_policy = TRITON_SPLIT_POLICY
+
+    def __init__(self) -> None:
+        #: (key, device index) -> (config, launchers): what a call of that key launches
+        self._plans: dict[tuple[CompileKey, int], tuple] = {}
+        #: spec -> Triton's CompiledKernel (not tied to a device)
+        self._compiled: dict = {}
+        self._stores: dict[tuple, kernel_cache.KernelStore] = {}
+        self._archs: dict[int, str] = {}
+        #: how :meth:`compile` and the run path obtained kernels: "memory", "loaded" (persistent
+        #: store), "compiled"
+        self.compile_stats = dict(memory=0, loaded=0, compiled=0)
+
+    def store(self, arch: str) -> kernel_cache.KernelStore:
+        """The persistent store of ``arch`` kernels under the current cache root."""
+        root = kernel_cache.cache_dir()
+        store = self._stores.get((root, arch))
+        if store is None:
+            store = self._stores[root, arch] = kernel_cache.KernelStore(arch, root=root)
+        return store
+
+    def compile(self, key: CompileKey) -> list:
+        """Every kernel ``key`` launches (Triton ``CompiledKernel`` objects, not loaded on any
+        device), from memory, the persistent store, or ``triton.compile`` for the key's arch
+        (which needs no GPU). Compiled kernels are written to the store."""
+        return [self._obtain(spec, key) for spec in kernel_plan(key).specs]
+
+    def _obtain(self, spec, key: CompileKey, *, on_run_path: bool = False, describe=None):
+        compiled = self._compiled.get(spec)
+        if compiled is not None:
+            self.compile_stats["memory"] += 1
+            return compiled
+        from ..kernels import triton_launch
+
+        store = self.store(key.arch)
+        entry = spec.digest()
+        paths = store.get(entry)
+        if paths is not None:
+            try:
+                compiled = triton_launch.load_kernel(spec, paths)
+                self.compile_stats["loaded"] += 1
+            except Exception as exc:  # a manifest-valid entry Triton cannot read: rebuild it
+                warnings.warn(f"inkling_ops kernel cache: entry {store.directory / entry} does not load ({exc}); rebuilding it")
+                store.discard(entry)
+                compiled = None
+        if compiled is None:
+            if on_run_path:
+                strict.check_compile(self.name, key, describe)
+            fresh = triton_launch.compile_spec(spec)
+            paths = store.put(entry, triton_launch.kernel_files(fresh), describe=repr(spec))
+            compiled = triton_launch.load_kernel(spec, paths)
+            self.compile_stats["compiled"] += 1
+        self._compiled[spec] = compiled
+        return compiled
+
+    def _arch(self, device: int) -> str:
+        arch = self._archs.get(device)
+        if arch is None:
+            arch = self._archs[device] = cuda_arch(torch.cuda.get_device_capability(device))
+        return arch
+
+    def _plan(self, key: CompileKey, device: int, problem: RelAttnProblem) -> tuple:
+        from ..kernels.triton_launch import Launcher
+
+        plan = kernel_plan(key)
+        describe = lambda: (  # noqa: E731
+            f"{problem.num_tokens} tokens, {problem.num_reqs} requests, max_seqlen_q {problem.max_seqlen_q}, "
+            f"block table width {problem.max_blocks_per_seq}"
+        )
+        constexprs = plan.constexprs + (None,) * (len(plan.specs) - len(plan.constexprs))
+        launchers = tuple(
+            Launcher(self._obtain(spec, key, on_run_path=True, describe=describe), values)
+            for spec, values in zip(plan.specs, constexprs)
+        )
+        entry = self._plans[key, device] = (plan.config, launchers)
+        return entry
 
     def is_available(self) -> str | None:
         try:
@@ -66,7 +209,29 @@ class TritonBackend(Backend):
             return f"{problem.q_per_kv} query heads per KV head; at most 64"
         return None
 
-    def run(self, problem: RelAttnProblem, splits: int, args: RelAttnArgs, out: torch.Tensor) -> None:
+    def run(
+        self, problem: RelAttnProblem, splits: int, args: RelAttnArgs, out: torch.Tensor, key: CompileKey | None = None
+    ) -> None:
+        """Run the call with the kernels of its compile key ``key`` (None: computed here from the
+        call's tensors, ``compile_keys.layout_of``). On CUDA tensors the kernels come from memory,
+        the persistent store or a compile (strict mode refuses the last); under Triton's
+        interpreter they run through ``kernel[grid]``."""
+        if args.q.is_cuda and not _INTERPRETED:
+            device = args.q.get_device()
+            if key is None:
+                key = compile_key(
+                    problem, arch=self._arch(device), backend=self.name, splits=splits, layout=layout_of(args, out)
+                )
+            entry = self._plans.get((key, device))
+            if entry is None:
+                entry = self._plan(key, device, problem)
+            config, launchers = entry
+            run_triton(
+                args, out,
+                softmax_scale=problem.softmax_scale, window_left=problem.window_left,
+                max_seqlen_q=problem.max_seqlen_q, num_splits=key.num_splits, config=config, launchers=launchers,
+            )  # fmt: skip
+            return
         config = _kernel_modules()[0].fwd_config(
             head_dim=problem.head_dim,
             q_per_kv=problem.q_per_kv,
@@ -92,6 +257,7 @@ def run_triton(
     num_splits: int,
     config,
     launch_fwd=None,
+    launchers: tuple = (),
 ):
     """Forward kernel (and, with num_splits > 1, the combine) on the call's tensors ``args``,
     writing ``out``, with an explicit launch config.
@@ -99,7 +265,9 @@ def run_triton(
     The backend's ``run`` uses the tuned config; the tuner (``meta/tools/tuning.py``) calls this
     with candidates. Arguments must already be validated. ``launch_fwd``: another copy of
     ``launch_rel_attn_fwd`` (same signature) to launch instead, through the same passes,
-    workspace and combine (to time an older kernel module).
+    workspace and combine (to time an older kernel module). ``launchers``: the compiled kernels of
+    each launch, in order (the backend's, from its compile key); empty: each launch finds the
+    variant of its tensors itself.
 
     ``legacy``: transitional, for callers that still pass the seven tensors and ``out`` one by one
     in ``RelAttnArgs`` order (``run_triton(q, key_cache, ..., rel_logits, out, ...)``, as
@@ -134,13 +302,15 @@ def run_triton(
         # Two passes: plain tiles with their own (larger) tiles, then the band/edge/diagonal tiles.
         # Between them each row's partial output lives in ``out`` and its log-sum-exp here.
         lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=q.device)
-        launch_rel_attn_fwd(args, out, **common, num_splits=1, config=plain, part_lse=lse, fwd_pass=1)
+        first, second = ({"launcher": launcher} for launcher in launchers) if launchers else ({}, {})
+        launch_rel_attn_fwd(args, out, **common, num_splits=1, config=plain, part_lse=lse, fwd_pass=1, **first)
         return launch_rel_attn_fwd(
-            args, out, **common, num_splits=1, config=config, part_lse=lse, fwd_pass=2, pass1_config=plain
+            args, out, **common, num_splits=1, config=config, part_lse=lse, fwd_pass=2, pass1_config=plain, **second
         )
+    fwd = {"launcher": launchers[0]} if launchers else {}
     compiled = launch_rel_attn_fwd(
-        args, out, **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse
+        args, out, **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse, **fwd
     )
     if num_splits > 1:
-        launch_rel_attn_combine(part_out, part_lse, out, args.cu_seqlens_q)
+        launch_rel_attn_combine(part_out, part_lse, out, args.cu_seqlens_q, launchers[1] if launchers else None)
     return compiled

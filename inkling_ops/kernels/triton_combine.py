@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import CachedLauncher, next_pow2
+from .triton_launch import INTERPRETED, KernelSpec, Launcher, compile_spec, make_spec, next_pow2, triton_type
 
 
 @triton.jit(do_not_specialize=["num_reqs"])
@@ -72,13 +72,43 @@ def combine_blocks(num_splits: int, head_dim: int) -> tuple[int, int, int]:
     return splits_pad, block_s, block_d
 
 
+#: Integer parameters hinted divisible by 16 in an aligned variant (out's strides: multiples of
+#: head_dim); num_reqs and the workspace's token and head strides are not specialised.
+COMBINE_HINTED = frozenset(("stride_ot", "stride_oh"))
+COMBINE_UNIT = frozenset(("stride_ph",))  # the workspace is contiguous in its last dim
+COMBINE_NUM_WARPS, COMBINE_NUM_STAGES = 4, 2
+
+
+def combine_spec(*, num_splits: int, head_dim: int, dtype: str, aligned: bool, arch: int) -> KernelSpec:
+    """The compiled variant of the combine kernel: ``dtype`` of out, ``aligned`` as for the
+    forward kernel, ``arch`` the compute capability (90)."""
+    splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
+    constexprs = dict(HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_S=block_s, BLOCK_D=block_d)
+    pointers = dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", out_ptr=triton_type(dtype), cu_ptr="*i32")
+    return make_spec(
+        rel_attn_combine_kernel, constexprs, pointers=pointers, aligned=aligned, hinted=COMBINE_HINTED,
+        unit=COMBINE_UNIT, floats=frozenset(), num_warps=COMBINE_NUM_WARPS, num_stages=COMBINE_NUM_STAGES,
+        maxnreg=None, arch=arch,
+    )  # fmt: skip
+
+
+_launchers: dict = {}
+
+
 def launch_rel_attn_combine(
-    part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, cu_seqlens_q: torch.Tensor
+    part_out: torch.Tensor,
+    part_lse: torch.Tensor,
+    out: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    launcher: Launcher | None = None,
 ) -> None:
     """Merge ``part_out`` (S, T, Hq, D) / ``part_lse`` (S, T, Hq) into ``out`` (T, Hq, D).
 
     Equivalent PyTorch: ``w = softmax(part_lse * ln 2, dim=0); out[:n] = (w[..., None] * part_out).sum(0)[:n]``
     with ``n = cu_seqlens_q[-1]``.
+
+    ``launcher``: the compiled variant to launch (the backend's); None: the variant of these
+    tensors, compiled on first use (``kernel[grid]`` under Triton's interpreter).
     """
     num_splits, num_tokens, num_heads, head_dim = part_out.shape
     splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
@@ -88,7 +118,19 @@ def launch_rel_attn_combine(
         *part_lse.stride(), *out.stride()[:2],
         head_dim, num_splits, splits_pad, block_s, block_d,  # constexprs
     )  # fmt: skip
-    _launch(grid, args, num_warps=4, num_stages=2)
-
-
-_launch = CachedLauncher(rel_attn_combine_kernel)
+    if INTERPRETED:
+        rel_attn_combine_kernel[grid](*args, num_warps=COMBINE_NUM_WARPS, num_stages=COMBINE_NUM_STAGES)
+        return
+    if launcher is None:
+        bits = part_out.data_ptr() | part_lse.data_ptr() | out.data_ptr() | cu_seqlens_q.data_ptr()
+        bits |= out.stride(0) | out.stride(1)
+        major, minor = torch.cuda.get_device_capability(out.device)
+        spec = combine_spec(
+            num_splits=num_splits, head_dim=head_dim, dtype=str(out.dtype).removeprefix("torch."),
+            aligned=not bits & 15, arch=10 * major + minor,
+        )  # fmt: skip
+        device = torch.cuda.current_device()
+        launcher = _launchers.get((spec, device))
+        if launcher is None:
+            launcher = _launchers[spec, device] = Launcher(compile_spec(spec))
+    launcher(grid, args)

@@ -21,14 +21,12 @@ whatever cu_seqlens_q, cache_seqlens and block_table hold. Nothing here syncs wi
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from .triton_configs import FwdConfig, fwd_constexprs
-from .triton_launch import CachedLauncher
+from .triton_configs import FwdConfig, FwdConstexprs, fwd_constexprs
+from .triton_launch import INTERPRETED, KernelSpec, Launcher, compile_spec, make_spec
 
 LOG2E = 1.4426950408889634
 
@@ -505,15 +503,57 @@ def rel_attn_fwd_kernel(
         )
 
 
-#: Triton decides at ``@triton.jit`` time (module import) whether kernels run in its interpreter;
-#: read the same setting once here instead of on every call.
-_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+#: Integer parameters Triton's JIT would mark divisible by 16 on an aligned call and that are
+#: multiples of 16 elements in every aligned layout (products of head_dim and head counts):
+#: hinted in an aligned variant. Every other int (token and block counts, max_blocks_per_seq, the
+#: block table's and the workspace's strides, the bias strides) is not specialised.
+FWD_HINTED = frozenset(
+    ("stride_qt", "stride_qh", "stride_kb", "stride_kp", "stride_kh", "stride_vb", "stride_vp", "stride_vh", "stride_ot", "stride_oh")
+)
+#: Strides that are always 1 (rel_logits and the workspace are contiguous in their last dim):
+#: compiled as the constant 1, as Triton's JIT folds an int argument equal to 1.
+FWD_UNIT = frozenset(("stride_re", "stride_ph"))
+
+
+def fwd_spec(
+    constexprs: FwdConstexprs, config: FwdConfig, *, dtype: str, kv_dtype: str, aligned: bool, arch: int
+) -> KernelSpec:
+    """The compiled variant of the forward kernel for one launch's constexprs (``fwd_constexprs``)
+    and ``config``'s compile options: ``dtype`` of q / out / rel_logits, ``kv_dtype`` of the cache,
+    ``aligned`` (see ``compile_keys.layout_of``), ``arch`` the compute capability (90)."""
+    from .triton_launch import triton_type
+
+    split = constexprs.SPLIT_KV
+    act, kv = triton_type(dtype), triton_type(kv_dtype)
+    pointers = dict(
+        q_ptr=act, k_ptr=kv, v_ptr=kv, rel_ptr=act, bt_ptr="*i32", seqlens_ptr="*i32", cu_ptr="*i32", out_ptr=act,
+        part_out_ptr="*fp32" if split else act,  # unsplit launches pass ``out`` there (unused)
+        part_lse_ptr="*fp32" if split or constexprs.PASS else act,
+    )  # fmt: skip
+    return make_spec(
+        rel_attn_fwd_kernel, constexprs._asdict(), pointers=pointers, aligned=aligned, hinted=FWD_HINTED,
+        unit=FWD_UNIT, floats=frozenset(("qk_scale",)), num_warps=config.num_warps, num_stages=config.num_stages,
+        maxnreg=config.max_registers, arch=arch,
+    )  # fmt: skip
+
+
+_launchers: dict = {}
+
+
+def launcher_for(spec: KernelSpec) -> Launcher:
+    """The launcher of ``spec`` on the current device, compiled on first use (for launches given an
+    explicit configuration, such as the tuner's; the backend resolves its own through its key)."""
+    device = torch.cuda.current_device()
+    launcher = _launchers.get((spec, device))
+    if launcher is None:
+        launcher = _launchers[spec, device] = Launcher(compile_spec(spec))
+    return launcher
 
 
 def _can_run_ptx(rel_logits: torch.Tensor) -> bool:
     """Whether the bias gather may be inline PTX: compiled for a CUDA device (not Triton's
     interpreter) and a 16-bit ``rel_logits``."""
-    return not _INTERPRETED and rel_logits.is_cuda and rel_logits.element_size() == 2
+    return not INTERPRETED and rel_logits.is_cuda and rel_logits.element_size() == 2
 
 
 def _key_rows_fit_int32(key_cache: torch.Tensor, strides: tuple[int, ...] | None = None) -> bool:
@@ -540,11 +580,16 @@ def launch_rel_attn_fwd(
     part_lse: torch.Tensor | None = None,
     fwd_pass: int = 0,
     pass1_config: FwdConfig | None = None,
+    launcher: Launcher | None = None,
 ):
     """Launch the forward kernel on the call's tensors ``args`` (``q``, ``key_cache``,
     ``value_cache``, ``block_table``, ``cache_seqlens``, ``cu_seqlens_q``, ``rel_logits``, read by
-    attribute: the dispatcher's ``RelAttnArgs``), writing ``out`` (T, Hq, D). Returns Triton's
-    handle of the compiled kernel (None under the interpreter).
+    attribute: the dispatcher's ``RelAttnArgs``), writing ``out`` (T, Hq, D). Returns the
+    ``Launcher`` it used (None under the interpreter).
+
+    ``launcher``: the compiled variant to launch (the backend's, resolved through its compile key);
+    None: the variant of these tensors (``fwd_spec``), compiled on first use; under Triton's
+    interpreter, ``rel_attn_fwd_kernel[grid]``.
 
     - ``fwd_pass=0``: every tile. With ``num_splits > 1`` it writes ``part_out`` (S, T, Hq, D) and
       ``part_lse`` (S, T, Hq) (fp32, caller-allocated) instead of ``out``.
@@ -563,14 +608,16 @@ def launch_rel_attn_fwd(
     num_blocks, page, num_kv_heads, _ = key_cache.shape
     # one stride() call per tensor (each costs host time)
     k_strides, v_strides, r_strides = key_cache.stride(), value_cache.stride(), rel_logits.stride()
-    same_strides = k_strides[:2] == v_strides[:2]
-    row_i32 = same_strides and _key_rows_fit_int32(key_cache, k_strides)
-    constexprs = fwd_constexprs(
-        config, group=num_heads // num_kv_heads, head_dim=head_dim, num_kv_heads=num_kv_heads, page_size=page,
-        rel_extent=rel_logits.shape[2], window_left=window_left, num_splits=num_splits, fwd_pass=fwd_pass,
-        pass1_config=pass1_config, fp32=q.dtype == torch.float32, ptx_gather=_can_run_ptx(rel_logits),
-        kv_same_strides=same_strides, kv_row_i32=row_i32, kv_slot_stride=k_strides[1],
-    )  # fmt: skip
+    constexprs = launcher.constexprs if launcher is not None else None  # the key's, when it has them
+    if constexprs is None:
+        same_strides = k_strides[:2] == v_strides[:2]
+        row_i32 = same_strides and _key_rows_fit_int32(key_cache, k_strides)
+        constexprs = fwd_constexprs(
+            config, group=num_heads // num_kv_heads, head_dim=head_dim, num_kv_heads=num_kv_heads, page_size=page,
+            rel_extent=rel_logits.shape[2], window_left=window_left, num_splits=num_splits, fwd_pass=fwd_pass,
+            pass1_config=pass1_config, fp32=q.dtype == torch.float32, ptx_gather=_can_run_ptx(rel_logits),
+            kv_same_strides=same_strides, kv_row_i32=row_i32, kv_slot_stride=k_strides[1],
+        )  # fmt: skip
     if num_splits > 1:
         p_out, p_lse = part_out, part_lse
         p_strides = p_lse.stride()
@@ -579,7 +626,7 @@ def launch_rel_attn_fwd(
         p_strides = (0, *p_lse.stride())
     else:
         p_out = p_lse = out  # unused
-        p_strides = (0, 0, 0)
+        p_strides = (0, 0, 1)  # stride_ph is compiled as the constant 1
     block_q = constexprs.BLOCK_M // constexprs.G_PAD
     grid = ((max_seqlen_q + block_q - 1) // block_q, num_splits, cache_seqlens.shape[0] * num_kv_heads)
     kernel_args = (
@@ -589,7 +636,24 @@ def launch_rel_attn_fwd(
         *p_strides,
         *constexprs,  # in signature order
     )  # fmt: skip
-    return _launch(grid, kernel_args, num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers)
+    if INTERPRETED:
+        rel_attn_fwd_kernel[grid](*kernel_args, num_warps=config.num_warps, num_stages=config.num_stages)
+        return None
+    if launcher is None:
+        bits = q.data_ptr() | key_cache.data_ptr() | value_cache.data_ptr() | rel_logits.data_ptr()
+        bits |= block_table.data_ptr() | cache_seqlens.data_ptr() | cu_seqlens_q.data_ptr() | out.data_ptr()
+        bits |= p_out.data_ptr() | p_lse.data_ptr()
+        bits |= q.stride(0) | q.stride(1) | out.stride(0) | out.stride(1)
+        bits |= k_strides[0] | k_strides[1] | k_strides[2] | v_strides[0] | v_strides[1] | v_strides[2]
+        spec = fwd_spec(
+            constexprs, config, dtype=str(q.dtype).removeprefix("torch."), kv_dtype=str(key_cache.dtype).removeprefix("torch."),
+            aligned=not bits & 15, arch=_capability(q.device),
+        )  # fmt: skip
+        launcher = launcher_for(spec)
+    launcher(grid, kernel_args)
+    return launcher
 
 
-_launch = CachedLauncher(rel_attn_fwd_kernel)
+def _capability(device: torch.device) -> int:
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor

@@ -1,27 +1,38 @@
-"""A thin launch cache in front of a ``triton.jit`` kernel, to cut the per-call host cost.
+"""Compiled variants of the Triton kernels: what each is specialised on, compiling one without
+tensors, and launching it.
 
-Triton's ``kernel[grid](...)`` binds and specializes every argument on every call. After the
-first launch of a variant we keep the compiled kernel and launch it directly, keyed on exactly
-what Triton specializes on: constexpr values, tensor dtypes and 16-byte alignment, the integer
-type of each int and, for ints Triton specializes, whether it is 1 or a multiple of 16. A
-miss (a new variant) goes through Triton's normal path, which compiles and caches as usual.
+A :class:`KernelSpec` names everything ``triton.compile`` sees: the kernel, one Triton type per
+parameter (``"constexpr"`` for compile-time ones, with their values), which parameters carry
+the ``tt.divisibility = 16`` hint, the compile options and the target. It reproduces what
+Triton's JIT would specialise for an aligned call (pointers 16-byte aligned, the listed strides
+multiples of 16, unit strides as the constant 1) and leaves every other int unspecialised, so a
+variant never depends on a run-time value the caller does not key on. It compiles on any
+machine (``triton.compile`` needs no GPU for a CUDA target) and its files are enough to rebuild
+Triton's ``CompiledKernel`` later (:func:`kernel_files`, :func:`load_kernel`).
 
-Building that key walks every argument in Python (several microseconds for the forward
-kernel's 57). A first, finer key is cheaper to build: other arguments by value (and type),
-pointers by dtype and address modulo 16; it maps straight to the compiled kernel (timings in
-meta/TUNING.md).
-Under ``TRITON_INTERPRET=1`` there is nothing compiled to keep and every call goes through
-Triton.
+Under ``TRITON_INTERPRET=1`` the kernels are Triton's interpreted functions: they cannot be
+compiled in that process, and launches go through ``kernel[grid](...)``.
 """
 
 from __future__ import annotations
 
-from operator import itemgetter
+import functools
+import hashlib
+import inspect
+import os
+from dataclasses import dataclass
 
 import torch
 
-_I32 = (-(2**31), 2**31 - 1)
-_SCALARS = frozenset((int, float, bool, type(None)))
+#: Triton decides at ``@triton.jit`` time (module import) whether kernels run in its interpreter;
+#: read the same setting once here.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+#: torch dtype names -> Triton pointer element types
+_TRITON_TYPES = {
+    "bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "int32": "i32",
+    "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5",
+}  # fmt: skip
 
 
 def next_pow2(n: int) -> int:
@@ -30,106 +41,186 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def _getter(indices: list[int]):
-    """``args -> tuple(args[i] for i in indices)``, at C speed."""
-    if not indices:
-        return lambda args: ()
-    if len(indices) == 1:
-        index = indices[0]
-        return lambda args: (args[index],)
-    return itemgetter(*indices)
+def triton_type(dtype: str) -> str:
+    """``"bfloat16"`` -> ``"*bf16"``: the Triton type of a pointer to ``dtype`` elements."""
+    try:
+        return "*" + _TRITON_TYPES[dtype]
+    except KeyError:
+        raise ValueError(f"dtype is {dtype!r}; the Triton kernels take one of {sorted(_TRITON_TYPES)}") from None
 
 
-class CachedLauncher:
-    """``launcher(grid, args, num_warps=, num_stages=, maxnreg=None)``, args positional in
-    signature order. ``maxnreg`` (a cap on registers per thread, so more programs fit on an SM)
-    is a compile option in Triton, so it is part of the cache key; under the interpreter it is
-    dropped."""
+def cuda_target(arch: str) -> int:
+    """``"sm_90a"`` -> 90: the compute capability Triton's ``GPUTarget("cuda", ...)`` takes."""
+    digits = arch.removeprefix("sm_").rstrip("af")
+    if not arch.startswith("sm_") or not digits.isdigit():
+        raise ValueError(f"arch is {arch!r}; expected a CUDA architecture such as 'sm_90a'")
+    return int(digits)
 
-    def __init__(self, kernel):
-        self.kernel = kernel
-        params = getattr(kernel, "params", None)
-        self._kinds = None
-        if params is not None and hasattr(kernel, "run") and all(hasattr(p, "is_constexpr") for p in params):
-            self._kinds = tuple(
-                "constexpr" if p.is_constexpr else ("int_dns" if p.do_not_specialize else "int_or_other")
-                for p in params
-            )
-            # The fast key (see _fast_key) groups the arguments by parameter: constexprs,
-            # pointers (named ``*_ptr``), unspecialized ints, and everything else.
-            names = [getattr(p, "name", "") for p in params]
-            groups = {"constexpr": [], "ptr": [], "int_dns": [], "int_or_other": []}
-            for i, (kind, name) in enumerate(zip(self._kinds, names)):
-                groups["ptr" if kind == "int_or_other" and name.endswith("_ptr") else kind].append(i)
-            self._constexprs = _getter(groups["constexpr"])
-            self._pointers = _getter(groups["ptr"])
-            self._dns_ints = _getter(groups["int_dns"])
-            self._values = _getter(groups["int_or_other"])
-        self._compiled: dict[tuple, object] = {}
-        self._by_fast_key: dict[tuple, object] = {}
 
-    def _fast_key(self, args: tuple, num_warps: int, num_stages: int, maxnreg) -> tuple:
-        """A key at least as fine as Triton's specialization, cheaper to build than :meth:`_key`:
-        other arguments (strides, sizes, scales) enter by value and type, so two calls share a key
-        only if Triton would see the same values; pointers by dtype and address modulo 16;
-        unspecialized ints by type and whether they fit int32. Raises (AttributeError,
-        TypeError) when a ``*_ptr`` argument is not a tensor or another argument is not a Python
-        scalar; the caller then uses :meth:`_key`."""
-        values = self._values(args)
-        value_types = tuple(map(type, values))
-        if not _SCALARS.issuperset(value_types):
-            raise TypeError("a tensor (or another object) outside the *_ptr parameters")
-        dns = self._dns_ints(args)
-        return (
-            num_warps, num_stages, maxnreg, self._constexprs(args), values, value_types,
-            tuple([(t.dtype, t.data_ptr() & 15) for t in self._pointers(args)]),
-            tuple(map(type, dns)), tuple([_I32[0] <= a <= _I32[1] for a in dns]),
-        )  # fmt: skip
+@dataclass(frozen=True)
+class KernelSpec:
+    """One compiled variant of one kernel, as ``triton.compile`` is asked for it (hashable)."""
 
-    def _key(self, args: tuple, num_warps: int, num_stages: int, maxnreg) -> tuple:
-        key = [num_warps, num_stages, maxnreg]
-        for kind, arg in zip(self._kinds, args):
-            if kind == "constexpr":
-                key.append(arg)
-            elif isinstance(arg, torch.Tensor):
-                key.append((arg.dtype, arg.data_ptr() % 16 == 0))
-            elif isinstance(arg, bool) or not isinstance(arg, int):
-                key.append(type(arg))
-            elif kind == "int_dns":
-                key.append(_I32[0] <= arg <= _I32[1])
-            else:
-                key.append((_I32[0] <= arg <= _I32[1], arg == 1, arg % 16 == 0))
-        return tuple(key)
+    kernel: str  # "rel_attn_fwd_kernel" or "rel_attn_combine_kernel"
+    signature: tuple[str, ...]  # one Triton type per parameter, "constexpr" for compile-time ones
+    constexprs: tuple[tuple[str, object], ...]  # (name, value) of every "constexpr" parameter
+    divisible: tuple[str, ...]  # parameters marked tt.divisibility 16
+    num_warps: int
+    num_stages: int
+    maxnreg: int | None
+    arch: int  # compute capability, e.g. 90
+    warp_size: int = 32
 
-    def __call__(self, grid: tuple, args: tuple, *, num_warps: int, num_stages: int, maxnreg=None):
-        if self._kinds is None or len(args) != len(self._kinds):
-            return self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages)
-        try:
-            fast_key = self._fast_key(args, num_warps, num_stages, maxnreg)
-        except (AttributeError, TypeError):
-            fast_key = None
-        compiled = self._by_fast_key.get(fast_key) if fast_key is not None else None
-        if compiled is None:
-            key = self._key(args, num_warps, num_stages, maxnreg)
-            compiled = self._compiled.get(key)
-            if compiled is None:
-                options = {} if maxnreg is None else dict(maxnreg=maxnreg)
-                compiled = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **options)
-                if hasattr(compiled, "run") and hasattr(compiled, "function"):
-                    self._compiled[key] = compiled
-                    self._remember(fast_key, compiled)
-                return compiled
-            self._remember(fast_key, compiled)
-        compiled[grid + (1,) * (3 - len(grid))](*args)  # a compiled kernel wants all three grid dims
-        return compiled
+    def digest(self) -> str:
+        """A stable hex name of the variant (the persistent store's entry name)."""
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:32]
 
-    #: fast keys kept at most (they hold argument values, so a caller that varies strides or
-    #: scales could otherwise grow the table without bound; past this it starts over)
-    MAX_FAST_KEYS = 4096
+    def source(self):
+        """Triton's ``ASTSource`` of the variant."""
+        from triton.compiler import ASTSource
 
-    def _remember(self, fast_key, compiled) -> None:
-        if fast_key is None:
+        fn = jit_function(self.kernel)
+        names = fn.arg_names
+        signature = dict(zip(names, self.signature))
+        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in self.divisible}
+        return ASTSource(fn=fn, signature=signature, constexprs=dict(self.constexprs), attrs=attrs)
+
+    def options(self) -> dict:
+        options = dict(num_warps=self.num_warps, num_stages=self.num_stages)
+        return options if self.maxnreg is None else dict(options, maxnreg=self.maxnreg)
+
+
+def jit_function(name: str):
+    """The ``triton.jit`` function ``name`` of this package's kernel modules."""
+    from . import triton_combine, triton_fwd
+
+    fn = getattr(triton_fwd, name, None) or getattr(triton_combine, name, None)
+    if fn is None:
+        raise ValueError(f"kernel is {name!r}; expected 'rel_attn_fwd_kernel' or 'rel_attn_combine_kernel'")
+    if INTERPRETED or not hasattr(fn, "arg_names"):
+        raise RuntimeError(
+            "compiling a Triton kernel needs TRITON_INTERPRET unset when the kernel modules are imported "
+            "(under the interpreter the kernels are not compilable JIT functions)"
+        )
+    return fn
+
+
+@functools.lru_cache(maxsize=None)
+def parameter_names(fn) -> tuple[str, ...]:
+    """The kernel's parameter names in signature order (the interpreter's wrapper has them too)."""
+    return tuple(inspect.signature(fn.fn).parameters)
+
+
+def make_spec(
+    fn,
+    constexprs: dict,
+    *,
+    pointers: dict[str, str],
+    aligned: bool,
+    hinted: frozenset[str],
+    unit: frozenset[str],
+    floats: frozenset[str],
+    num_warps: int,
+    num_stages: int,
+    maxnreg: int | None,
+    arch: int,
+) -> KernelSpec:
+    """The spec of ``fn`` with ``constexprs``. Every other parameter: in ``unit``, the constant 1
+    (an int Triton would see as 1 and fold); a ``*_ptr`` one, a pointer of type ``pointers[name]``,
+    hinted 16-byte aligned when ``aligned``; in ``floats``, fp32; else i32, hinted a multiple of
+    16 when ``aligned`` and in ``hinted`` (the rest are not specialised)."""
+    signature, values, divisible = [], dict(constexprs), []
+    for name in parameter_names(fn):
+        if name in constexprs:
+            signature.append("constexpr")
+        elif name in unit:
+            signature.append("constexpr")
+            values[name] = 1
+        elif name.endswith("_ptr"):
+            signature.append(pointers[name])
+            if aligned:
+                divisible.append(name)
+        elif name in floats:
+            signature.append("fp32")
+        else:
+            signature.append("i32")
+            if aligned and name in hinted:
+                divisible.append(name)
+    order = parameter_names(fn)
+    return KernelSpec(
+        kernel=fn.fn.__name__,
+        signature=tuple(signature),
+        constexprs=tuple(sorted(values.items(), key=lambda item: order.index(item[0]))),
+        divisible=tuple(divisible), num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg, arch=arch,
+    )  # fmt: skip
+
+
+def compile_spec(spec: KernelSpec):
+    """``triton.compile`` of ``spec`` for its CUDA target (no GPU needed); Triton's ``CompiledKernel``
+    with every stage's text (``asm["ttgir"]``, ``asm["ptx"]``, ``asm["cubin"]``)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    return triton.compile(spec.source(), target=GPUTarget("cuda", spec.arch, spec.warp_size), options=spec.options())
+
+
+def kernel_files(compiled) -> dict[str, bytes]:
+    """The files that rebuild ``compiled`` (:func:`load_kernel`): Triton's metadata JSON and the cubin."""
+    names = {f"{compiled.name}.json", f"{compiled.name}.cubin"}
+    files = {}
+    for name, path in compiled.metadata_group.items():
+        if name in names:
+            with open(path, "rb") as f:
+                files[name] = f.read()
+    if set(files) != names:
+        raise RuntimeError(f"Triton's compile of {compiled.name} left {sorted(compiled.metadata_group)}; expected {sorted(names)}")
+    return files
+
+
+def load_kernel(spec: KernelSpec, paths: dict[str, str]):
+    """Triton's ``CompiledKernel`` of ``spec`` from the files of :func:`kernel_files` (name -> path),
+    not yet loaded on a device (that happens at its first launch)."""
+    import json
+
+    from triton.compiler import CompiledKernel
+
+    meta_path = next(p for n, p in paths.items() if n.endswith(".json"))
+    with open(meta_path) as f:
+        digest = json.load(f)["hash"]
+    return CompiledKernel(spec.source(), {n: str(p) for n, p in paths.items()}, digest)
+
+
+@functools.lru_cache(maxsize=1)
+def _runtime_knobs():
+    """``triton.knobs.runtime`` (imported once: an import statement per launch costs host time)."""
+    from triton import knobs
+
+    return knobs.runtime
+
+
+class Launcher:
+    """A compiled kernel launched directly: ``launcher(grid, args)`` with ``args`` every parameter in
+    signature order (constexpr values included; the launcher skips them), on the current stream
+    of the current CUDA device. Loads the kernel on that device at its first launch. With a Triton
+    launch hook set (profilers), goes through ``CompiledKernel[grid]``, which calls it.
+
+    ``constexprs``: the variant's compile-time constants when the caller derived them already (the
+    forward kernel's ``FwdConstexprs`` of a compile key), so the launch need not recompute them."""
+
+    __slots__ = ("compiled", "constexprs", "_run", "_function", "_packed")
+
+    def __init__(self, compiled, constexprs=None):
+        self.compiled = compiled
+        self.constexprs = constexprs
+        self._run = None
+
+    def __call__(self, grid: tuple, args: tuple) -> None:
+        g0, g1, g2 = grid
+        if _runtime_knobs().launch_enter_hook is not None:
+            self.compiled[grid](*args)
             return
-        if len(self._by_fast_key) >= self.MAX_FAST_KEYS:
-            self._by_fast_key.clear()
-        self._by_fast_key[fast_key] = compiled
+        if self._run is None:
+            self._run = self.compiled.run  # loads the module on the current device
+            self._function, self._packed = self.compiled.function, self.compiled.packed_metadata
+        stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+        self._run(g0, g1, g2, stream, self._function, self._packed, None, None, None, *args)

@@ -10,16 +10,15 @@ of the multi-buffered K/V tiles (``ttg.local_alloc`` of ``N x tile``; one is bei
 the other ``N - 1`` are loading) and the largest ``ttg.async_wait {num = M}`` allowance (loads
 still outstanding when a tile is first used; K and V are one commit group each).
 
-Works on a CPU-only machine: ``triton.compile`` targets ``GPUTarget("cuda", 90, 32)`` and
-``cuobjdump`` (shipped in Triton's wheel) reads the cubin. Integer arguments are marked divisible
-by 16, as Triton specializes them at run time for the anchor shapes; without that the compiler
-cannot vectorize K/V loads and the report would describe a kernel that never runs.
+Works on a CPU-only machine: the variants are compiled by the package's own ahead-of-time path
+(``kernel_plan`` of each anchor's compile key, ``compile_spec`` of its kernel specs, for
+``GPUTarget("cuda", 90, 32)``), so the report describes exactly the kernels the backend runs,
+with the same argument specialisation; ``cuobjdump`` (shipped in Triton's wheel) reads the cubin.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import re
 import subprocess
 import sys
@@ -31,13 +30,8 @@ from pathlib import Path
 if str(Path(__file__).resolve().parents[2]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from inkling_ops.kernels.triton_configs import FwdConfig, fwd_config, fwd_constexprs  # noqa: E402
-
-#: Arguments Triton does not specialize (``do_not_specialize``, and floats).
-_UNSPECIALIZED = {"num_tokens", "num_blocks", "num_reqs", "qk_scale"}
-_FLOATS = {"qk_scale"}
-#: Arguments whose value is 1 at run time (unit strides), specialized as constants by Triton.
-_UNIT = {"stride_re"}
+from inkling_ops.compile_keys import CompileKey  # noqa: E402
+from inkling_ops.kernels.triton_configs import FwdConfig, fwd_constexprs, slot_shift  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -73,67 +67,34 @@ def compile_fwd_sm90(
     num_splits: int = 1,
     fwd_pass: int = 0,
     pass1_config: FwdConfig | None = None,
+    num_kv_heads: int = 1,
 ):
-    """Triton's compiled kernel (not loaded on any device) for one variant of the forward kernel."""
-    from inkling_ops.kernels.triton_fwd import rel_attn_fwd_kernel
+    """Triton's compiled kernel (not loaded on any device) for one variant of the forward kernel
+    with an explicit ``config``: bf16, the standard aligned cache layout, sm_90."""
+    from inkling_ops.kernels.triton_fwd import fwd_spec
+    from inkling_ops.kernels.triton_launch import compile_spec
 
-    # One KV head (slot stride head_dim), K and V laid out alike, int32 key rows: the anchors.
     constexprs = fwd_constexprs(
-        config, group=group, head_dim=head_dim, num_kv_heads=1, page_size=page, rel_extent=rel_extent,
+        config, group=group, head_dim=head_dim, num_kv_heads=num_kv_heads, page_size=page, rel_extent=rel_extent,
         window_left=window_left, num_splits=num_splits, fwd_pass=fwd_pass, pass1_config=pass1_config,
-    )._asdict()  # fmt: skip
-    params = list(inspect.signature(rel_attn_fwd_kernel.fn).parameters)
-    missing = [p for p in params if p.isupper() and p not in constexprs]
-    if missing:
-        raise ValueError(f"fwd_constexprs does not give the kernel's constexprs {missing}")
-    return _compile_sm90(
-        rel_attn_fwd_kernel, constexprs,
-        pointer_types=dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", bt_ptr="*i32", seqlens_ptr="*i32", cu_ptr="*i32"),
-        options=dict(num_warps=config.num_warps, num_stages=config.num_stages)
-        | ({} if config.max_registers is None else dict(maxnreg=config.max_registers)),
     )  # fmt: skip
+    return compile_spec(fwd_spec(constexprs, config, dtype="bfloat16", kv_dtype="bfloat16", aligned=True, arch=90))
 
 
 def compile_combine_sm90(*, num_splits: int, head_dim: int = 128):
     """Triton's compiled split-KV combine kernel for sm_90 (not loaded on any device)."""
-    from inkling_ops.kernels.triton_combine import combine_blocks, rel_attn_combine_kernel
+    from inkling_ops.kernels.triton_combine import combine_spec
+    from inkling_ops.kernels.triton_launch import compile_spec
 
-    splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
-    constexprs = dict(
-        HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_S=block_s, BLOCK_D=block_d
-    )
-    return _compile_sm90(
-        rel_attn_combine_kernel, constexprs,
-        pointer_types=dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", cu_ptr="*i32"),
-        options=dict(num_warps=4, num_stages=2),
-    )  # fmt: skip
+    return compile_spec(combine_spec(num_splits=num_splits, head_dim=head_dim, dtype="bfloat16", aligned=True, arch=90))
 
 
-def _compile_sm90(kernel, constexprs: dict, *, pointer_types: dict, options: dict):
-    """``triton.compile`` of ``kernel`` for sm_90 with the argument specialization Triton makes at
-    run time for the anchor shapes: pointers (bf16 unless ``pointer_types`` says otherwise) and
-    integers marked 16-divisible, unit strides folded to 1, ``_UNSPECIALIZED`` left alone."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+def compile_key_sm90(key: CompileKey) -> list:
+    """Every kernel of ``key``, freshly compiled (every stage's text kept), in launch order."""
+    from inkling_ops.backends.triton_backend import kernel_plan
+    from inkling_ops.kernels.triton_launch import compile_spec
 
-    constexprs = dict(constexprs)
-    signature, attrs = {}, {}
-    for i, name in enumerate(inspect.signature(kernel.fn).parameters):
-        if name in constexprs:
-            signature[name] = "constexpr"
-        elif name in _UNIT:
-            signature[name] = "constexpr"
-            constexprs[name] = 1
-        elif name.endswith("_ptr"):
-            signature[name] = pointer_types.get(name, "*bf16")
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        else:
-            signature[name] = "fp32" if name in _FLOATS else "i32"
-            if name not in _UNSPECIALIZED:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return [compile_spec(spec) for spec in kernel_plan(key).specs]
 
 
 def _cuobjdump(compiled, flag: str) -> str:
@@ -188,39 +149,58 @@ def _score_tile_conversions(ttgir: str, block_n: int) -> int:
     return len(re.findall(pattern, ttgir))
 
 
-#: (name, group, page, rel_extent, window_left, max_seqlen_q bucket) of the anchor cases.
+#: (name, group, KV heads, page, rel_extent, window_left, max_seqlen_q bucket, splits) of the anchor
+#: cases: global 8 / 1 heads decodes 64 requests x 8K in 4 splits; sliding 8 / 2 heads runs its 64
+#: requests unsplit (TRITON_SPLIT_POLICY's band-only rule).
 ANCHOR_VARIANTS = [
-    ("prefill global 8/1", 8, 128, 1024, -1, 8192),
-    ("prefill global 8/1", 8, 16, 1024, -1, 8192),  # one launch: pages smaller than TWO_PASS_MIN_PAGE
-    ("prefill sliding 8/2", 4, 128, 512, 511, 8192),
-    ("decode global 8/1", 8, 128, 1024, -1, 1),
-    ("decode global 8/1", 8, 16, 1024, -1, 1),
-    ("decode sliding 8/2", 4, 128, 512, 511, 1),
-    ("decode sliding 8/2", 4, 16, 512, 511, 1),
+    ("prefill global 8/1", 8, 1, 128, 1024, -1, 8192, 1),
+    ("prefill global 8/1", 8, 1, 16, 1024, -1, 8192, 1),  # one launch: pages smaller than TWO_PASS_MIN_PAGE
+    ("prefill sliding 8/2", 4, 2, 128, 512, 511, 8192, 1),
+    ("decode global 8/1", 8, 1, 128, 1024, -1, 1, 4),
+    ("decode global 8/1", 8, 1, 16, 1024, -1, 1, 4),
+    ("decode sliding 8/2", 4, 2, 128, 512, 511, 1, 1),
+    ("decode sliding 8/2", 4, 2, 16, 512, 511, 1, 1),
 ]
 
 
-def default_variants() -> list[tuple[str, dict]]:
-    """Every kernel variant the default configurations launch on the anchor cases."""
+def anchor_key(group: int, num_kv_heads: int, page: int, extent: int, window: int, bucket: int, splits: int) -> CompileKey:
+    """The compile key of an anchor call: bf16, head_dim 128, the standard aligned layout, sm_90a."""
+    return CompileKey(
+        dtype="bfloat16", kv_dtype="bfloat16", head_dim=128, q_per_kv=group, page_size=page, rel_extent=extent,
+        causal=True, window_left=window, max_seqlen_q_bucket=bucket, num_splits=splits, arch="sm_90a",
+        backend="triton", num_kv_heads=num_kv_heads, kv_slot_shift=slot_shift(num_kv_heads * 128),
+    )  # fmt: skip
+
+
+def default_variants() -> list[tuple[str, CompileKey, int]]:
+    """Every forward-kernel variant the default configurations launch on the anchor cases:
+    (label, the anchor's key, the variant's index among the key's launches)."""
+    from inkling_ops.backends.triton_backend import kernel_plan
+
     variants = []
-    for name, group, page, extent, window, bucket in ANCHOR_VARIANTS:
-        config = fwd_config(
-            head_dim=128, q_per_kv=group, max_seqlen_q_bucket=bucket, window_left=window, rel_extent=extent,
-            page_size=page,
-        )  # fmt: skip
-        common = dict(group=group, page=page, rel_extent=extent, window_left=window)
+    for name, group, heads, page, extent, window, bucket, splits in ANCHOR_VARIANTS:
+        key = anchor_key(group, heads, page, extent, window, bucket, splits)
         label = f"{name} page {page}"
-        if bucket <= 16 and 0 <= window < extent:
-            # the anchor's 64 requests x 2 KV heads run unsplit (TRITON_SPLIT_POLICY's band-only rule)
-            variants.append((f"{label} unsplit", dict(common, config=config)))
+        specs = kernel_plan(key).specs
+        if splits > 1:
+            variants.append((f"{label} split-KV", key, 0))  # launch 1 is the combine
+        elif len(specs) == 2:
+            variants.append((f"{label} pass 1 (plain)", key, 0))
+            variants.append((f"{label} pass 2 (band)", key, 1))
         elif bucket <= 16:
-            variants.append((f"{label} split-KV", dict(common, config=config, num_splits=4)))
-        elif config.plain is not None and (window < 0 or window >= extent):
-            variants.append((f"{label} pass 1 (plain)", dict(common, config=config.plain, fwd_pass=1)))
-            variants.append((f"{label} pass 2 (band)", dict(common, config=config, fwd_pass=2, pass1_config=config.plain)))
+            variants.append((f"{label} unsplit", key, 0))
         else:
-            variants.append((f"{label} one pass", dict(common, config=config)))
+            variants.append((f"{label} one pass", key, 0))
     return variants
+
+
+def variant_config(key: CompileKey, index: int) -> FwdConfig:
+    """The launch configuration of launch ``index`` of ``key`` (a two-pass key's first launch runs
+    its plain configuration)."""
+    from inkling_ops.backends.triton_backend import kernel_plan
+
+    config = kernel_plan(key).config
+    return config.plain if config.plain is not None and len(kernel_plan(key).specs) == 2 and index == 0 else config
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -234,9 +214,12 @@ def main(argv: list[str] | None = None) -> None:
 
     if not args.json:
         print(f"triton {triton.__version__}, target sm_90")
-    for label, kwargs in default_variants():
-        config = kwargs["config"]
-        compiled = compile_fwd_sm90(**kwargs)
+    from inkling_ops.backends.triton_backend import kernel_plan
+    from inkling_ops.kernels.triton_launch import compile_spec
+
+    for label, key, index in default_variants():
+        config = variant_config(key, index)
+        compiled = compile_spec(kernel_plan(key).specs[index])
         result = report(compiled, block_n=config.block_n)
         if args.json:
             print(json.dumps(dict(variant=label, config=[config.block_m, config.block_n, config.num_warps, config.num_stages], **result.__dict__)), flush=True)

@@ -1,0 +1,181 @@
+"""The persistent kernel store (inkling_ops/kernel_cache.py): atomic entries, broken entries
+rebuilt with a warning, concurrent writers, the fingerprint, info and clear. CPU only; the
+concurrent-warmers test compiles one small key for sm_90a in two subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from inkling_ops import kernel_cache
+from inkling_ops.kernel_cache import MANIFEST, KernelStore, fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = {"k.json": b'{"hash": "abc"}', "k.cubin": b"\x7fELF" + bytes(range(200))}
+
+
+def _store(tmp_path, arch="sm_90a", **facts) -> KernelStore:
+    return KernelStore(arch, root=tmp_path, facts=fingerprint(arch, version="0.1.0", sources="s", toolchain={"triton": "3.6.0"}) | facts)
+
+
+def test_put_then_get_returns_the_files_and_leaves_no_temporary(tmp_path):
+    store = _store(tmp_path)
+    assert store.get("e1") is None
+    paths = store.put("e1", FILES)
+    assert {name: p.read_bytes() for name, p in paths.items()} == FILES
+    got = store.get("e1")
+    assert {name: p.read_bytes() for name, p in got.items()} == FILES
+    assert sorted(p.name for p in store.directory.iterdir()) == ["FINGERPRINT.json", "e1"]
+    manifest = json.loads((store.directory / "e1" / MANIFEST).read_text())
+    assert manifest["files"]["k.cubin"]["size"] == len(FILES["k.cubin"])
+    assert json.loads((store.directory / "FINGERPRINT.json").read_text())["toolchain"] == {"triton": "3.6.0"}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda entry: (entry / "k.cubin").write_bytes(FILES["k.cubin"][:50]),  # truncated
+        lambda entry: (entry / "k.cubin").write_bytes(FILES["k.cubin"][:-1] + b"\0"),  # same size, other bytes
+        lambda entry: (entry / MANIFEST).unlink(),  # never finished
+        lambda entry: (entry / MANIFEST).write_text("{not json"),
+        lambda entry: (entry / "k.json").unlink(),
+    ],
+    ids=["truncated", "corrupt", "no-manifest", "bad-manifest", "file-missing"],
+)
+def test_a_broken_entry_warns_and_is_rebuilt(tmp_path, damage):
+    store = _store(tmp_path)
+    store.put("e1", FILES)
+    damage(store.directory / "e1")
+    with pytest.warns(UserWarning, match="broken"):
+        assert store.get("e1") is None
+    store.put("e1", FILES)  # the rebuild replaces it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = store.get("e1")
+    assert {name: p.read_bytes() for name, p in got.items()} == FILES
+    assert not [p for p in store.directory.iterdir() if p.name.startswith(".")]  # nothing left aside
+
+
+def test_a_second_writer_keeps_the_first_complete_entry(tmp_path):
+    """Two processes that compiled the same variant: the later rename finds the entry in place,
+    keeps it and drops its own copy."""
+    first, second = _store(tmp_path), _store(tmp_path)
+    first.put("e1", FILES)
+    other = {"k.json": b"{}", "k.cubin": b"other"}
+    paths = second.put("e1", other)
+    assert {name: p.read_bytes() for name, p in paths.items() if name in FILES} == FILES
+    assert [p.name for p in second.directory.iterdir() if p.name.startswith(".")] == []
+
+
+def test_the_fingerprint_separates_versions_sources_toolchains_and_archs(tmp_path):
+    base = _store(tmp_path).directory
+    assert _store(tmp_path).directory == base
+    assert _store(tmp_path, inkling_ops="0.2.0").directory != base
+    assert _store(tmp_path, kernel_sources="t").directory != base
+    assert _store(tmp_path, toolchain={"triton": "3.9.0"}).directory != base
+    assert _store(tmp_path, arch="sm_80").directory != base and _store(tmp_path, arch="sm_80").directory.name.startswith("sm_80-")
+
+
+def test_sources_hash_follows_the_kernel_files(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("ignored")
+    first = kernel_cache.sources_hash.__wrapped__(tmp_path)
+    (tmp_path / "notes.txt").write_text("still ignored")
+    assert kernel_cache.sources_hash.__wrapped__(tmp_path) == first
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert kernel_cache.sources_hash.__wrapped__(tmp_path) != first
+    assert len(kernel_cache.sources_hash()) == 64  # the package's own kernels
+
+
+def test_default_fingerprint_reads_the_package_and_toolchain():
+    facts = fingerprint("sm_90a")
+    import inkling_ops
+
+    assert facts["inkling_ops"] == inkling_ops.__version__
+    assert set(facts["toolchain"]) >= {"torch", "triton"}
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("INKLING_OPS_CACHE_DIR", str(tmp_path / "c"))
+    assert kernel_cache.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("INKLING_OPS_CACHE_DIR")
+    assert kernel_cache.cache_dir() == Path.home() / ".cache" / "inkling_ops"
+
+
+def test_info_and_clear(tmp_path):
+    a, b = _store(tmp_path), _store(tmp_path, arch="sm_80")
+    a.put("e1", FILES)
+    a.put("e2", FILES)
+    b.put("e1", FILES)
+    (tmp_path / "unrelated.txt").write_text("keep me")
+    info = kernel_cache.info(tmp_path)
+    assert info.entries == {a.directory.name: 2, b.directory.name: 1}
+    entry_bytes = sum(f.stat().st_size for f in (a.directory / "e1").iterdir())
+    assert info.size_bytes == 3 * entry_bytes
+    assert "3 compiled variants" in str(info) and str(tmp_path) in str(info)
+    assert kernel_cache.clear(tmp_path) == 3
+    assert kernel_cache.info(tmp_path).entries == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["unrelated.txt"]
+    assert kernel_cache.clear(tmp_path / "absent") == 0
+
+
+WARMER = (
+    "import json, sys, time\n"
+    "from inkling_ops.backends.triton_backend import TritonBackend\n"
+    "from inkling_ops.compile_keys import CompileKey\n"
+    "key = CompileKey(dtype='bfloat16', kv_dtype='bfloat16', head_dim=32, q_per_kv=2, page_size=16, rel_extent=16,\n"
+    "                 causal=True, window_left=-1, max_seqlen_q_bucket=1, num_splits=2, arch='sm_90a', backend='triton',\n"
+    "                 num_kv_heads=2, kv_slot_shift=6)\n"
+    "start = float(sys.argv[1])\n"
+    "while time.time() < start: time.sleep(0.01)\n"  # both processes compile at once
+    "backend = TritonBackend()\n"
+    "kernels = backend.compile(key)\n"
+    "print(json.dumps(dict(backend.compile_stats, kernels=len(kernels))))\n"
+)
+
+
+def test_two_processes_warming_the_same_key_at_once_leave_one_good_entry_each(tmp_path):
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["INKLING_OPS_CACHE_DIR"] = str(tmp_path / "store")
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")  # both really compile (no shared Triton cache hit first)
+    start = time.time() + 6
+    procs = [
+        subprocess.Popen([sys.executable, "-W", "ignore", "-c", WARMER, str(start)], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+        for _ in range(2)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert all(r["kernels"] == 2 and r["compiled"] + r["loaded"] == 2 for r in results), results
+    info = kernel_cache.info(tmp_path / "store")
+    assert sum(info.entries.values()) == 2, info  # the forward kernel and the combine, once each
+    (fp,) = (tmp_path / "store").iterdir()
+    assert not [p.name for p in fp.iterdir() if p.name.startswith(".")]
+    store = KernelStore("sm_90a", root=tmp_path / "store")
+    store.directory = fp
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for entry in fp.iterdir():
+            if entry.is_dir():
+                assert store.get(entry.name) is not None
+
+
+def test_discard_lets_a_rebuild_replace_an_entry_that_checks_but_does_not_load(tmp_path):
+    store = _store(tmp_path)
+    store.put("e1", {"k.json": b"{}", "k.cubin": b"unloadable"})
+    store.discard("e1")
+    assert store.get("e1") is None
+    store.put("e1", FILES)
+    assert store.get("e1")["k.cubin"].read_bytes() == FILES["k.cubin"]
