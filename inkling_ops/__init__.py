@@ -8,18 +8,24 @@ from . import library  # noqa: F401  (registers the ops first)
 from .api import rel_attn
 from .checked import checked_mode, is_checked_mode, set_checked_mode
 from .compat import bucket_max_seqlen_q, inkling_fa4_num_splits, inkling_fa4_rel_attention
-from .compile_keys import CompileKey, DeviceFacts
-from .dispatch import backend_names, device_facts, plan
+from .compile_keys import CompileKey, DeviceFacts, KVLayout
+from .dispatch import backend_names, device_facts
 from .heuristics import SplitPolicy, num_splits
+from .planning import Plan, plan
 from .reference import rel_attn_reference
-from .serving import ServingConfig, enumerate_compile_keys
+from .serving import ServingConfig, enumerate_compile_keys, problem_for
+from .strict import StrictCompileError, strict_compiles
+from .warmup import warmup
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CompileKey",
     "DeviceFacts",
+    "KVLayout",
+    "Plan",
     "ServingConfig",
+    "StrictCompileError",
     "SplitPolicy",
     "backend_names",
     "bucket_max_seqlen_q",
@@ -31,7 +37,10 @@ __all__ = [
     "is_checked_mode",
     "num_splits",
     "plan",
+    "problem_for",
     "rel_attn",
     "rel_attn_reference",
     "set_checked_mode",
+    "strict_compiles",
+    "warmup",
 ]

@@ -5,6 +5,7 @@
     python -m inkling_ops warmup --heads 8 --kv-heads 1 --page-size 16 --rel-extent 1024 \\
         --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 131072
     python -m inkling_ops warmup --config serving.json  (the same fields as JSON; --dry-run lists keys)
+    python -m inkling_ops warmup ... --arch sm_90a --num-sms 132   (for an H200, on a machine without a GPU)
     python -m inkling_ops cache info | clear            the on-disk kernel cache
 """
 
@@ -67,22 +68,25 @@ def serving_config(args: argparse.Namespace):
 
 def _warmup(args: argparse.Namespace) -> int:
     from . import dispatch
+    from .compile_keys import DeviceFacts
     from .serving import enumerate_compile_keys
     from .warmup import warmup
 
     config = serving_config(args)
     print(f"serving configuration: {config}")
+    if (args.arch is None) != (args.num_sms is None):
+        raise ValueError(f"warmup: --arch is {args.arch!r} and --num-sms {args.num_sms!r}; expected both or neither")
+    facts = DeviceFacts(arch=args.arch, num_sms=args.num_sms) if args.arch else None
     if args.dry_run:
-        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        facts = dispatch.device_facts(device)
-        name = args.backend or ("triton" if device.type == "cuda" else "reference")
-        backend = dispatch.get_backend(name)
-        keys = sorted(enumerate_compile_keys(config, facts=facts, backend=name, policy=backend.split_policy))
+        if facts is None:
+            facts = dispatch.device_facts(torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
+        name = args.backend or ("triton" if facts.arch.startswith("sm_") else "reference")
+        keys = sorted(enumerate_compile_keys(config, facts=facts, backend=name))
         for key in keys:
             print(f"  {key}")
         print(f"{len(keys)} compile keys on {facts.arch} for backend {name!r}")
         return 0
-    summary = warmup(config, device=args.device, backend=args.backend, progress=not args.no_progress)
+    summary = warmup(config, facts=facts, device=args.device, backend=args.backend, progress=not args.no_progress)
     print(summary)
     return 0
 
@@ -109,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         warm.add_argument(flag, dest=name, type=int, default=None, help=f"default {_CONFIG_DEFAULTS[name]}")
     warm.add_argument("--dtype", default=None, help="default bfloat16")
     warm.add_argument("--device", default=None, help="default cuda when available, else cpu")
+    warm.add_argument("--arch", default=None, help="compile for this CUDA arch (e.g. sm_90a) instead of the local device; with --num-sms (no GPU needed)")
+    warm.add_argument("--num-sms", type=int, default=None, help="SM count of the --arch device (H200: 132)")
     warm.add_argument("--backend", default=None, help="default: the dispatcher's choice")
     warm.add_argument("--dry-run", action="store_true", help="list the compile keys, run nothing")
     warm.add_argument("--no-progress", action="store_true")

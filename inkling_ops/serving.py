@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .compile_keys import CompileKey, DeviceFacts, compile_key, split_count
+from .compile_keys import STANDARD_LAYOUT, CompileKey, DeviceFacts, compile_key, split_count
 from .heuristics import DEFAULT_SPLIT_POLICY, SplitPolicy, bucket_max_seqlen_q, bucket_pow2
 from .problem import RelAttnProblem
 
@@ -38,8 +38,18 @@ class ServingConfig:
         return -(-self.max_model_len // self.page_size)
 
 
-def problem_for(config: ServingConfig, *, num_tokens: int, num_reqs: int, max_seqlen_q: int, num_blocks: int = 1) -> RelAttnProblem:
-    """The static problem of one runtime call of ``config`` (what ``check_call`` would return)."""
+def problem_for(
+    config: ServingConfig,
+    *,
+    num_tokens: int,
+    num_reqs: int,
+    max_seqlen_q: int,
+    num_blocks: int = 1,
+    max_blocks_per_seq: int | None = None,
+) -> RelAttnProblem:
+    """The static problem of one runtime call of ``config`` (what ``check_call`` would return for
+    its tensors). ``max_blocks_per_seq``: the block table's width (default the configuration's,
+    ``cdiv(max_model_len, page_size)``; an engine may pass narrower tables)."""
     return RelAttnProblem(
         num_tokens=num_tokens,
         num_heads=config.num_heads,
@@ -49,7 +59,7 @@ def problem_for(config: ServingConfig, *, num_tokens: int, num_reqs: int, max_se
         num_reqs=num_reqs,
         page_size=config.page_size,
         num_blocks=num_blocks,
-        max_blocks_per_seq=config.max_blocks_per_seq,
+        max_blocks_per_seq=config.max_blocks_per_seq if max_blocks_per_seq is None else max_blocks_per_seq,
         max_seqlen_q=max_seqlen_q,
         softmax_scale=1.0 / config.head_dim,
         window_left=config.window_left,
@@ -61,37 +71,62 @@ def problem_for(config: ServingConfig, *, num_tokens: int, num_reqs: int, max_se
     )
 
 
+#: ``enumerate_compile_keys``'s default: the registered backend's own plan (and split policy)
+_OWN_PLAN = object()
+
+
 def enumerate_compile_keys(
     config: ServingConfig,
     *,
     facts: DeviceFacts,
     backend: str,
-    policy: SplitPolicy | None = DEFAULT_SPLIT_POLICY,
+    policy: SplitPolicy | None | object = _OWN_PLAN,
 ) -> set[CompileKey]:
-    """Every key a call of ``config`` can produce on a device with ``facts``.
+    """Every key a call of ``config`` can produce on a device with ``facts``, on ``backend``.
 
-    ``policy`` is the backend's split policy (None for a backend that never splits). Covers
-    every max_seqlen_q in [1, min(max_num_batched_tokens, max_model_len)] and every request
-    count in [1, max_num_seqs], through their buckets.
+    By default each key comes from :func:`inkling_ops.planning.plan_for` on the registered backend
+    of that name, the same function the dispatcher runs. ``policy``: a split policy (None: never
+    split) to use instead, for a backend that is not registered. Covers every max_seqlen_q in
+    [1, min(max_num_batched_tokens, max_model_len)] and every request count in [1, max_num_seqs],
+    through their buckets, on the standard aligned tensor layout.
     """
+    from . import planning  # planning imports the backends; serving stays importable without them
+
     keys = set()
-    for q_bucket, reqs in representative_calls(config):
-        problem = problem_for(config, num_tokens=max(q_bucket, reqs), num_reqs=reqs, max_seqlen_q=q_bucket)
+    chosen = planning.get_backend(backend) if policy is _OWN_PLAN else None
+    for q_bucket, reqs, width in representative_calls(config):
+        problem = problem_for(
+            config, num_tokens=max(q_bucket, reqs), num_reqs=reqs, max_seqlen_q=q_bucket, max_blocks_per_seq=width
+        )
+        if chosen is not None:
+            keys.add(planning.plan_for(chosen, problem, facts, STANDARD_LAYOUT).key)
+            continue
         splits = 1 if policy is None else split_count(problem, facts, policy)
         keys.add(compile_key(problem, arch=facts.arch, backend=backend, splits=splits))
     return keys
 
 
-def representative_calls(config: ServingConfig) -> list[tuple[int, int]]:
-    """``(max_seqlen_q bucket, request-count bucket)`` pairs covering every runtime call of ``config``.
+def representative_calls(config: ServingConfig) -> list[tuple[int, int, int]]:
+    """``(max_seqlen_q bucket, request-count bucket, block-table width)`` triples covering every
+    runtime call of ``config``.
 
-    Every max_seqlen_q in [1, min(max_num_batched_tokens, max_model_len)] and every request count in
-    [1, max_num_seqs] falls into one of these pairs' buckets.
+    Every max_seqlen_q in [1, min(max_num_batched_tokens, max_model_len)], every request count in
+    [1, max_num_seqs] and every block-table width in [1, max_blocks_per_seq] falls into the buckets
+    of one triple (widths enter the split count only through the bucketed KV capacity
+    ``bucket_pow2(width * page_size)``: one width per capacity bucket).
     """
     max_q = min(config.max_num_batched_tokens, config.max_model_len)
     q_buckets = sorted({bucket_max_seqlen_q(n) for n in _bucket_representatives(max_q)})
     req_buckets = sorted({bucket_pow2(n) for n in _bucket_representatives(config.max_num_seqs)})
-    return [(q, r) for q in q_buckets for r in req_buckets]
+    page, max_width = config.page_size, config.max_blocks_per_seq
+    widths = []
+    capacity = bucket_pow2(page)
+    while capacity <= bucket_pow2(max_width * page):
+        width = max(1, capacity // 2 // page + 1)  # the narrowest table whose capacity bucket is this one
+        if width <= max_width and bucket_pow2(width * page) == capacity:
+            widths.append(width)
+        capacity *= 2
+    return [(q, r, w) for q in q_buckets for r in req_buckets for w in widths]
 
 
 def _bucket_representatives(limit: int) -> list[int]:

@@ -62,6 +62,18 @@ def warmed_keys(backend: str) -> frozenset:
     return frozenset(_warmed.get(backend, ()))
 
 
+#: the ServingConfig field (or fields) behind each compile-key field, for the error's hint
+CONFIG_FIELD = {
+    "dtype": "dtype", "kv_dtype": "kv_dtype", "head_dim": "head_dim", "q_per_kv": "num_heads / num_kv_heads",
+    "num_kv_heads": "num_kv_heads", "page_size": "page_size", "rel_extent": "rel_extent",
+    "window_left": "window_left", "max_seqlen_q_bucket": "max_num_batched_tokens (max_seqlen_q up to it)",
+    "num_splits": "max_num_seqs and max_model_len (the split count follows the request count and the block-table width)",
+    "arch": "the warmup's device (--arch)", "backend": "the warmup's backend",
+    "kv_same_strides": "the KV cache layout (K and V strides differ)", "kv_row_i32": "the KV cache size (rows past int32)",
+    "kv_slot_shift": "the KV cache layout (slot stride)", "aligned": "tensor alignment (a pointer or stride not 16-byte aligned)",
+}  # fmt: skip
+
+
 def nearest_difference(key, known: Iterable) -> str:
     """``"field=value (warmed: value)"`` for the fields in which ``key`` differs from the closest of
     ``known`` (fewest differing fields), or a note that nothing was warmed. Keys are dataclasses."""
@@ -74,7 +86,10 @@ def nearest_difference(key, known: Iterable) -> str:
         return [f for f in fields if getattr(key, f) != getattr(other, f)]
 
     closest = min(known, key=lambda other: len(differing(other)))
-    return ", ".join(f"{f}={getattr(key, f)!r} (warmed: {getattr(closest, f)!r})" for f in differing(closest))
+    return ", ".join(
+        f"{f}={getattr(key, f)!r} (warmed: {getattr(closest, f)!r}; configuration field: {CONFIG_FIELD.get(f, f)})"
+        for f in differing(closest)
+    )
 
 
 def check_compile(backend: str, key, describe: Callable[[], str] | None = None) -> None:

@@ -113,8 +113,8 @@ def warmup(
     max_q = min(config.max_num_batched_tokens, config.max_model_len)
     # The backend the dispatcher picks for a call of this configuration on the target.
     probe = problem_for(config, num_tokens=1, num_reqs=1, max_seqlen_q=1)._replace(device_type=target)
-    chosen = dispatch.select_backend(probe, facts, backend)
-    keys = sorted(enumerate_compile_keys(config, facts=facts, backend=chosen.name, policy=chosen.split_policy))
+    chosen, _ = dispatch.select_backend(probe, facts, backend)
+    keys = sorted(enumerate_compile_keys(config, facts=facts, backend=chosen.name))
 
     stats = getattr(chosen, "compile_stats", None)
     before = dict(stats) if stats is not None else {}

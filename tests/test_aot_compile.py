@@ -395,7 +395,7 @@ def test_runtime_keys_of_standard_calls_are_warmed_keys():
 
 def test_warmup_runs_a_call_for_a_backend_that_cannot_compile_from_a_key(monkeypatch):
     """A backend whose compile raises NotImplementedError is warmed by one call per key instead."""
-    from inkling_ops import dispatch
+    from inkling_ops import dispatch, planning
     from inkling_ops.backends.reference import ReferenceBackend
     from inkling_ops.warmup import warmup
 
@@ -409,12 +409,13 @@ def test_warmup_runs_a_call_for_a_backend_that_cannot_compile_from_a_key(monkeyp
         def compile(self, key):
             raise NotImplementedError
 
-        def run(self, problem, splits, args, out):
+        def run(self, plan, problem, args, out):
             self.runs.append(problem.max_seqlen_q)
-            return super().run(problem, splits, args, out)
+            return super().run(plan, problem, args, out)
 
     backend = RunToCompile()
-    monkeypatch.setattr(dispatch, "_BACKENDS", [backend, *dispatch._BACKENDS])
+    monkeypatch.setattr(planning, "_BACKENDS", [backend, *planning._BACKENDS])
+    monkeypatch.setattr(dispatch, "_PLANS", {})
     config = ServingConfig(**(TINY | dict(max_model_len=64)), dtype=torch.float32)
     summary = warmup(config, device="cpu", progress=False)
     assert summary.backend == "run-to-compile" and summary.launched == len(summary.keys) == len(backend.runs) > 1

@@ -4,7 +4,7 @@ The central property: the set of kernels a serving configuration can ask for is 
 ``enumerate_compile_keys`` lists it, i.e. every runtime call the scheduler can produce gets a key
 the warmup compiled. ``test_enumeration_covers_every_runtime_call`` checks that exhaustively for
 small configurations, building each call's problem with the same ``check_call`` the op runs
-(on meta tensors) and its key with the same ``dispatch.plan`` the dispatcher runs.
+(on meta tensors) and its key with the same ``dispatch.plan_call`` the dispatcher runs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import inkling_ops
-from inkling_ops import compat, dispatch
+from inkling_ops import compat, dispatch, planning
 from inkling_ops.backends.base import Backend
 from inkling_ops.backends.triton_backend import TRITON_SPLIT_POLICY
 from inkling_ops.compile_keys import CompileKey, DeviceFacts, compile_key, split_count
@@ -257,7 +257,7 @@ BACKEND_CHOICES = {
 
 
 class _SplittingBackend(Backend):
-    """Accepts every problem; only its name and split policy matter to ``dispatch.plan``."""
+    """Accepts every problem; only its name and split policy matter to ``dispatch.plan_call``."""
 
     device_types = ("cpu", "cuda")
     default_device_types = ("cpu", "cuda")
@@ -277,8 +277,9 @@ def _use_backends(mp: pytest.MonkeyPatch, choice: str, facts: DeviceFacts) -> to
     """Point the dispatcher at ``facts`` (through its own device-facts cache) and at the chosen backends."""
     device = torch.device("cpu") if facts.arch == "cpu" else torch.device("cuda", 0)
     mp.setitem(dispatch._FACTS, (device.type, 0), facts)
+    mp.setattr(dispatch, "_PLANS", {})  # plans cached under other facts or backends
     if BACKEND_CHOICES[choice] is not None:
-        mp.setattr(dispatch, "_BACKENDS", [_SplittingBackend(choice, BACKEND_CHOICES[choice]), *dispatch._BACKENDS])
+        mp.setattr(planning, "_BACKENDS", [_SplittingBackend(choice, BACKEND_CHOICES[choice]), *planning._BACKENDS])
     return device
 
 
@@ -367,7 +368,8 @@ def test_enumeration_covers_every_runtime_call(config_id, facts_id, choice, monk
     reached: dict[str, set[CompileKey]] = {}
     for q_len, num_reqs, problem in runtime_problems(config_id):
         problem = _on(problem, device.type)
-        backend, splits, key = dispatch.plan(problem, device, None)  # exactly what dispatch.run computes
+        backend, plan = dispatch.plan_call(problem, device, None)  # exactly what dispatch.run computes
+        splits, key = plan.num_splits, plan.key
         if choice != "registered":
             assert backend.name == choice
         policy = backend.split_policy
@@ -386,7 +388,7 @@ def test_enumeration_covers_every_runtime_call(config_id, facts_id, choice, monk
 def test_enumeration_sizes():
     """Few kernels per layer type: the numbers a warmup pays for (printed with -s)."""
     policies = {"never-splits": None, **{k: v for k, v in BACKEND_CHOICES.items() if v is not None}}
-    policies.update({f"{b.name}-policy": b.split_policy for b in dispatch._BACKENDS if b.split_policy is not None})
+    policies.update({f"{b.name}-policy": b.split_policy for b in planning._BACKENDS if b.split_policy is not None})
     sizes = {}
     for config_id, config in CONFIGS.items():
         for facts_id, facts in FACTS.items():
@@ -476,6 +478,6 @@ def test_shapes_within_one_bucket_share_a_key(mates, facts_id, choice):
     assert bucket_pow2(first.kv_capacity) == bucket_pow2(second.kv_capacity)
     with pytest.MonkeyPatch.context() as mp:
         device = _use_backends(mp, choice, FACTS[facts_id])
-        plans = [dispatch.plan(_on(p, device.type), device, None) for p in (first, second)]
+        plans = [dispatch.plan_call(_on(p, device.type), device, None) for p in (first, second)]
     assert plans[0][0] is plans[1][0]  # same backend
-    assert plans[0][2] == plans[1][2]  # same key
+    assert plans[0][1].key == plans[1][1].key  # same key

@@ -38,9 +38,15 @@ class Backend(abc.ABC):
     def why_not(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
         """None if this backend runs ``problem`` on a device with ``facts``, else the reason it cannot."""
 
+    def launch_plan(self, key: CompileKey, problem: RelAttnProblem) -> tuple[object, int]:
+        """``(launch configuration, workspace bytes)`` of a call of ``problem`` with ``key``: what
+        :class:`inkling_ops.planning.Plan` records. Pure. Default: no configuration, no workspace."""
+        return None, 0
+
     @abc.abstractmethod
-    def run(self, problem: RelAttnProblem, splits: int, args: RelAttnArgs, out: torch.Tensor) -> None:
-        """Write the result of a validated call (``problem``, its tensors ``args``) into ``out``."""
+    def run(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor) -> None:
+        """Write the result of a validated call (``problem``, its tensors ``args``) into ``out``,
+        as ``plan`` (an :class:`inkling_ops.planning.Plan` of this backend) says."""
 
     def compile(self, key: CompileKey) -> list:
         """Compile (or load from the persistent store) every kernel a call with ``key`` launches,

@@ -24,5 +24,5 @@ class ReferenceBackend(Backend):
     def why_not(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
         return None  # every valid call (the dispatcher has already checked the device type)
 
-    def run(self, problem: RelAttnProblem, splits: int, args: RelAttnArgs, out: torch.Tensor) -> None:
+    def run(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor) -> None:
         rel_attn_reference(*args, out, softmax_scale=problem.softmax_scale, window_left=problem.window_left)

@@ -21,8 +21,8 @@ from typing import NamedTuple
 import torch
 
 from .. import kernel_cache, strict
-from ..compile_keys import CompileKey, DeviceFacts, compile_key, layout_of
-from ..heuristics import SplitPolicy, bucket_max_seqlen_q
+from ..compile_keys import CompileKey, DeviceFacts
+from ..heuristics import SplitPolicy
 from ..problem import RelAttnArgs, RelAttnProblem
 from .base import Backend
 
@@ -209,19 +209,28 @@ class TritonBackend(Backend):
             return f"{problem.q_per_kv} query heads per KV head; at most 64"
         return None
 
-    def run(
-        self, problem: RelAttnProblem, splits: int, args: RelAttnArgs, out: torch.Tensor, key: CompileKey | None = None
-    ) -> None:
-        """Run the call with the kernels of its compile key ``key`` (None: computed here from the
-        call's tensors, ``compile_keys.layout_of``). On CUDA tensors the kernels come from memory,
-        the persistent store or a compile (strict mode refuses the last); under Triton's
-        interpreter they run through ``kernel[grid]``."""
+    def launch_plan(self, key: CompileKey, problem: RelAttnProblem) -> tuple[object, int]:
+        """The forward configuration of ``key`` (``fwd_config``) and the bytes the call allocates:
+        split-KV partial outputs and log-sum-exps (fp32), or the two-pass prefill's log-sum-exps."""
+        config = _kernel_modules()[0].fwd_config(
+            head_dim=key.head_dim, q_per_kv=key.q_per_kv, max_seqlen_q_bucket=key.max_seqlen_q_bucket,
+            window_left=key.window_left, rel_extent=key.rel_extent, page_size=key.page_size,
+        )  # fmt: skip
+        rows = problem.num_tokens * problem.num_heads
+        if key.num_splits > 1:
+            return config, 4 * key.num_splits * rows * (problem.head_dim + 1)
+        if config.plain is not None and (key.window_left < 0 or key.window_left >= key.rel_extent):
+            return config, 4 * rows
+        return config, 0
+
+    def run(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor) -> None:
+        """Run the call with the kernels of ``plan.key`` (computed with the call's layout,
+        ``compile_keys.layout_of``). On CUDA tensors the kernels come from memory, the persistent
+        store or a compile (strict mode refuses the last); under Triton's interpreter they run
+        through ``kernel[grid]`` with ``plan.launch``."""
         if args.q.is_cuda and not _INTERPRETED:
             device = args.q.get_device()
-            if key is None:
-                key = compile_key(
-                    problem, arch=self._arch(device), backend=self.name, splits=splits, layout=layout_of(args, out)
-                )
+            key = plan.key
             entry = self._plans.get((key, device))
             if entry is None:
                 entry = self._plan(key, device, problem)
@@ -232,18 +241,10 @@ class TritonBackend(Backend):
                 max_seqlen_q=problem.max_seqlen_q, num_splits=key.num_splits, config=config, launchers=launchers,
             )  # fmt: skip
             return
-        config = _kernel_modules()[0].fwd_config(
-            head_dim=problem.head_dim,
-            q_per_kv=problem.q_per_kv,
-            max_seqlen_q_bucket=bucket_max_seqlen_q(problem.max_seqlen_q),
-            window_left=problem.window_left,
-            rel_extent=problem.rel_extent,
-            page_size=problem.page_size,
-        )
         run_triton(
             args, out,
             softmax_scale=problem.softmax_scale, window_left=problem.window_left,
-            max_seqlen_q=problem.max_seqlen_q, num_splits=splits, config=config,
+            max_seqlen_q=problem.max_seqlen_q, num_splits=plan.num_splits, config=plan.launch,
         )  # fmt: skip
 
 

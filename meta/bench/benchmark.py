@@ -499,10 +499,10 @@ class OursPeer(Peer):
             True, 0, out,
         )  # fmt: skip
         try:
-            backend, splits, _ = dispatch.plan(problem, inputs.device, self.backend)
+            backend, plan = dispatch.plan_call(problem, inputs.device, self.backend)
         except ValueError as exc:
             raise Unavailable(str(exc)) from exc
-        return backend.name, splits
+        return backend.name, plan.num_splits
 
     def prepare(self, inputs, paged, dense):
         from inkling_ops.api import rel_attn

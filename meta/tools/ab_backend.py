@@ -89,9 +89,15 @@ def backend_call(backend_module, validation, compile_keys, tensors: dict, case: 
     props = torch.cuda.get_device_properties(out.device)
     facts = compile_keys.DeviceFacts(arch="sm_90a", num_sms=props.multi_processor_count, capability=(props.major, props.minor))
     splits = compile_keys.split_count(problem, facts, backend.split_policy)
-    bundled = len(inspect.signature(backend.run).parameters) == 4  # (problem, splits, args, out)
-    if bundled:
-        args = importlib.import_module(backend_module.__name__.split(".")[0] + ".problem").RelAttnArgs(*ordered)
+    params = list(inspect.signature(backend.run).parameters)
+    package = backend_module.__name__.split(".")[0]
+    if params[0] == "plan":  # run(plan, problem, args, out): the plan of the call's own layout
+        args = importlib.import_module(package + ".problem").RelAttnArgs(*ordered)
+        layout = compile_keys.layout_of(args, out)
+        plan = importlib.import_module(package + ".planning").plan_for(backend, problem, facts, layout)
+        return (lambda: backend.run(plan, problem, args, out)), plan.num_splits
+    if len(params) == 4:  # run(problem, splits, args, out)
+        args = importlib.import_module(package + ".problem").RelAttnArgs(*ordered)
         return (lambda: backend.run(problem, splits, args, out)), splits
     return (lambda: backend.run(problem, splits, *ordered, out)), splits
 

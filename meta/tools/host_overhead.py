@@ -57,7 +57,7 @@ def backend_without_kernels(args: tuple, options: dict):
     method on exit; the dispatcher's list of backends is left as it is. Yields the backend's name.
     """
     problem = check_call(*args, options["max_seqlen_q"], options["softmax_scale"], options["window_size"], True, 0, options["out"])
-    backend, _splits, _key = dispatch.plan(problem, args[0].device, None)
+    backend, _plan = dispatch.plan_call(problem, args[0].device, None)
     with mock.patch.object(backend, "run", lambda *a, **k: None):
         yield backend.name
 

@@ -1,0 +1,99 @@
+"""Strict mode (inkling_ops.strict), and the CPU half of its guarantee: random serving calls of a
+configuration, through the dispatcher's own plan function, land on enumerated (warmed) keys."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import inkling_ops
+from inkling_ops import dispatch, strict
+from inkling_ops.compile_keys import DeviceFacts, compile_key
+from inkling_ops.serving import ServingConfig, enumerate_compile_keys
+from inkling_ops.validation import check_call
+
+H200 = DeviceFacts(arch="sm_90a", num_sms=132)
+#: Inkling at TP8 on an H200 engine: 8/1 global and 8/2 sliding layers, page 16
+GLOBAL = ServingConfig(num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=1024, page_size=16,
+                       max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=131072)  # fmt: skip
+SLIDING = ServingConfig(num_heads=8, num_kv_heads=2, head_dim=128, rel_extent=512, window_left=511, page_size=16,
+                        max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=131072)  # fmt: skip
+
+
+def test_strict_compiles_restores_the_previous_setting():
+    assert not strict.is_strict()
+    with strict.strict_compiles():
+        assert strict.is_strict()
+        with strict.strict_compiles(False):
+            assert not strict.is_strict()
+        assert strict.is_strict()
+    assert not strict.is_strict()
+    with pytest.raises(TypeError, match="'enabled' must be a bool"):
+        strict.set_strict(1)
+
+
+def test_check_compile_names_the_key_and_the_configuration_field():
+    warmed = compile_key(inkling_ops.problem_for(GLOBAL, num_tokens=64, num_reqs=64, max_seqlen_q=1),
+                         arch="sm_90a", backend="demo", splits=4)  # fmt: skip
+    strict.note_warmed("demo", [warmed])
+    missing = compile_key(inkling_ops.problem_for(GLOBAL, num_tokens=64, num_reqs=64, max_seqlen_q=1),
+                          arch="sm_90a", backend="demo", splits=8)  # fmt: skip
+    strict.check_compile("demo", missing)  # strict mode off: nothing happens
+    with strict.strict_compiles(), pytest.raises(strict.StrictCompileError) as info:
+        strict.check_compile("demo", missing, lambda: "64 tokens")
+    message = str(info.value)
+    assert "num_splits=8 (warmed: 4; configuration field: max_num_seqs and max_model_len" in message
+    assert str(missing) in message and "the call: 64 tokens" in message
+    assert "max_seqlen_q_bucket=1 (warmed" not in message  # only the fields that differ
+
+
+def test_environment_variable_turns_strict_mode_on():
+    import subprocess
+    import sys
+
+    code = "import inkling_ops.strict as s; print(s.is_strict())"
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"INKLING_OPS_STRICT": "1", "PATH": ""})
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"INKLING_OPS_STRICT": "0", "PATH": ""})
+    assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False"), on.stderr + off.stderr
+
+
+def _random_call(config: ServingConfig, rng: random.Random):
+    """check_call's problem for one random scheduler step of ``config`` (meta tensors): a few prefill
+    chunks and decodes mixed, lengths up to max_model_len, a block table of random width."""
+    num_reqs = rng.randint(1, config.max_num_seqs)
+    budget = config.max_num_batched_tokens
+    q_lens = [1] * num_reqs
+    for i in range(rng.randint(0, min(3, num_reqs))):  # some requests are prefill chunks
+        q_lens[i] = rng.randint(1, max(1, (budget - num_reqs) // 3))
+    num_tokens = sum(q_lens)
+    width = rng.choice([config.max_blocks_per_seq, rng.randint(1, config.max_blocks_per_seq)])
+    meta = dict(device="meta")
+    cache = torch.empty(4096, config.page_size, config.num_kv_heads, config.head_dim, dtype=config.dtype, **meta)
+    return check_call(
+        torch.empty(num_tokens, config.num_heads, config.head_dim, dtype=config.dtype, **meta), cache, cache,
+        torch.empty(num_reqs, width, dtype=torch.int32, **meta), torch.empty(num_reqs, dtype=torch.int32, **meta),
+        torch.empty(num_reqs + 1, dtype=torch.int32, **meta),
+        torch.empty(num_tokens, config.num_heads, config.rel_extent, dtype=config.dtype, **meta),
+        max(q_lens), 1.0 / config.head_dim, (config.window_left, 0) if config.window_left >= 0 else (-1, -1),
+        True, 0, None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("config", [GLOBAL, SLIDING], ids=["global_8_1", "sliding_8_2"])
+def test_random_serving_calls_land_on_enumerated_keys(config, monkeypatch):
+    """>= 200 random calls (token and request counts, block-table widths, chunks mixed with decodes)
+    planned by the dispatcher for an H200 all have keys the enumeration (what warmup compiles) holds."""
+    monkeypatch.setitem(dispatch._FACTS, ("cuda", 0), H200)
+    monkeypatch.setattr(dispatch, "_PLANS", {})
+    enumerated = enumerate_compile_keys(config, facts=H200, backend="triton")
+    rng = random.Random(0)
+    reached = set()
+    for _ in range(250):
+        problem = _random_call(config, rng)._replace(device_type="cuda")
+        backend, plan = dispatch.plan_call(problem, torch.device("cuda", 0), None)
+        assert backend.name == "triton"
+        assert plan.key in enumerated, f"{problem}: {plan.key} is not enumerated"
+        reached.add(plan.key)
+    assert len(reached) > 5  # the sweep reached several buckets, not one
