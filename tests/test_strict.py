@@ -62,13 +62,13 @@ def test_environment_variable_turns_strict_mode_on():
 def _random_call(config: ServingConfig, rng: random.Random):
     """check_call's problem for one random scheduler step of ``config`` (meta tensors): a few prefill
     chunks and decodes mixed, lengths up to max_model_len, a block table of random width."""
-    num_reqs = rng.randint(1, config.max_num_seqs)
+    num_reqs = rng.choice([rng.randint(1, 4), rng.randint(1, config.max_num_seqs)])  # few requests: long splits
     budget = config.max_num_batched_tokens
     q_lens = [1] * num_reqs
     for i in range(rng.randint(0, min(3, num_reqs))):  # some requests are prefill chunks
         q_lens[i] = rng.randint(1, max(1, (budget - num_reqs) // 3))
     num_tokens = sum(q_lens)
-    width = rng.choice([config.max_blocks_per_seq, rng.randint(1, config.max_blocks_per_seq)])
+    width = rng.choice([config.max_blocks_per_seq, rng.randint(1, config.max_blocks_per_seq), rng.randint(1, 64)])
     meta = dict(device="meta")
     cache = torch.empty(4096, config.page_size, config.num_kv_heads, config.head_dim, dtype=config.dtype, **meta)
     return check_call(
