@@ -46,7 +46,7 @@ def _offset_copy(t: torch.Tensor, elements: int = 1) -> torch.Tensor:
 
 @pytest.mark.parametrize("case_id", ["chunked_16_2", "decode_64_8", "decode_sliding_64_16"])
 def test_launch_cache_variants_in_one_process(case_id):
-    """The launch cache (kernels/triton_launch.py) must run the variant Triton would compile for
+    """The backend's compiled kernels, keyed by CompileKey (its `aligned` field among others), must be the variant for
     each call: the same shapes with 16-byte aligned tensors, then q / rel_logits / out off
     alignment, then float16, then aligned bfloat16 again, all in one process."""
     base = make_case(**dict(MATRIX)[case_id], head_dim=128, page_size=16, dtype=torch.bfloat16, device=DEV)

@@ -6,6 +6,8 @@
 #     ab     the Triton backend against the base commit's copy in .ab/base (meta/tools/ab_backend.py)
 #     host   the eager host overhead per call (meta/tools/host_overhead.py)
 #     bench  the peer benchmark, every peer, both clocks (meta/bench/benchmark.py --quick)
+#     sweep  the sweeps of docs/performance.md (meta/bench/sweep_cases.json, --quick)
+#     warmup cold / warm warmup, first call of a warmed process, strict serving (meta/tools/warmup_probe.py)
 #
 # Writes logs and records under $OUT (the device tool brings them back). SHA names the commit the
 # tree is at (the copied tree has no usable .git).
@@ -30,6 +32,11 @@ for step in ${part//,/ }; do
     bench)
       python3 meta/bench/benchmark.py --out "$out" --git-sha "$sha" --quick --no-progress 2>&1 \
         | tee "$out/bench_${sha}_all_cases.log" | tail -60 ;;
-    *) echo "unknown step $step (tests|ab|host|bench)"; exit 2 ;;
+    sweep)
+      python3 meta/bench/benchmark.py --cases meta/bench/sweep_cases.json --out "$out" --git-sha "$sha" --quick --no-progress 2>&1 \
+        | tee "$out/bench_${sha}_sweeps.log" | tail -60 ;;
+    warmup)
+      python3 meta/tools/warmup_probe.py --out "$out/warmup_probe.jsonl" 2>&1 | tee "$out/warmup_probe_$sha.log" ;;
+    *) echo "unknown step $step (tests|ab|host|bench|sweep|warmup)"; exit 2 ;;
   esac
 done
