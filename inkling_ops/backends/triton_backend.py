@@ -139,7 +139,11 @@ class TritonBackend(Backend):
         """Every kernel ``key`` launches (Triton ``CompiledKernel`` objects, not loaded on any
         device), from memory, the persistent store, or ``triton.compile`` for the key's arch
         (which needs no GPU). Compiled kernels are written to the store."""
-        return [self._obtain(spec, key) for spec in kernel_plan(key).specs]
+        kernels = [self._obtain(spec, key) for spec in kernel_plan(key).specs]
+        if not _INTERPRETED and torch.cuda.is_available() and self._arch(torch.cuda.current_device()) == key.arch:
+            for kernel in kernels:
+                kernel.run  # noqa: B018  (loads the module on this device and builds Triton's launcher for it)
+        return kernels
 
     def _obtain(self, spec, key: CompileKey, *, on_run_path: bool = False, describe=None):
         compiled = self._compiled.get(spec)
