@@ -150,6 +150,13 @@ def test_padding_with_holes_is_refused(model):
         model(input_ids=ids, attention_mask=mask)
 
 
+def test_static_cache_is_refused(model):
+    ids, mask = left_padded_batch((6, 4), 6)
+    model.set_attn_implementation("inkling_ops")
+    with torch.no_grad(), pytest.raises(ValueError, match="q_offset"):
+        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=2, cache_implementation="static")
+
+
 class _ShapeRecorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
@@ -242,6 +249,9 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 def test_bf16_teacher_forced_decode_matches_eager(device):
     torch.manual_seed(0)
     m = AutoModelForCausalLM.from_config(bf16_config(), attn_implementation="eager")
+    with torch.no_grad():  # a stronger bias, so that a wrong bias or window shows above bf16 noise
+        for layer in m.model.layers:
+            layer.self_attn.rel_logits_proj.proj.mul_(4.0)
     m = m.to(device=device, dtype=torch.bfloat16).eval()
     ids, mask = left_padded_batch(PROMPT_LENGTHS, max(PROMPT_LENGTHS), device)
     gen = torch.Generator().manual_seed(2)
@@ -252,4 +262,4 @@ def test_bf16_teacher_forced_decode_matches_eager(device):
     assert scale > 1.0
     for step in range(ref.shape[1]):  # prefill, then every decode step, so a failing position is named
         err = (got[:, step] - ref[:, step]).abs().amax()
-        assert err <= 3e-2 * scale, f"decode step {step}: max |diff| {err:.4f} vs logit scale {scale:.3f}"
+        assert err <= 2e-2 * scale, f"decode step {step}: max |diff| {err:.4f} vs logit scale {scale:.3f}"

@@ -40,10 +40,11 @@ How HF's tensors map onto the op's paged layout (per call, per layer):
   (both ``config.sliding_window_size``); global layers: no window, ``E = config.rel_extent``.
 - ``softmax_scale`` is the ``scaling`` HF passes (1 / head_dim for Inkling).
 
-Limits: inference only (no dropout, no gradients); a padding mask with holes inside a row, custom 4D
-masks and packed sequences (several documents in one row via position_ids) raise or are not
-supported; with padding, packing the valid rows costs a host synchronization per layer. See
-docs/huggingface.md.
+Limits: inference only (no dropout, no gradients, no attention weights returned). Supported caches:
+``DynamicCache`` (the default of ``generate``) or none; static and MTP caches, custom 4D masks and a
+padding mask with holes inside a row raise ValueError; packed sequences (several documents in one row
+via position_ids) are not detected and not supported. With a padding mask, finding each row's range
+and packing its valid rows costs host synchronizations per layer. See docs/huggingface.md.
 
 Equivalent PyTorch: ``eager_attention_forward(module, q, k, v, mask, scaling, position_bias=bias)``
 of ``transformers.models.inkling.modeling_inkling`` on the valid rows.
@@ -80,28 +81,35 @@ def key_padding_mask(
     attention_mask: torch.Tensor | None = None,
     **kwargs,
 ) -> torch.Tensor | None:
-    """The mask function registered for "inkling_ops": the key-padding slice of HF's 2D mask.
+    """The mask function registered for "inkling_ops": which of the layer's keys are real tokens.
 
-    attention_mask is HF's (B, seen + q_length) padding mask (or None); returns (B, kv_length) bool,
-    True for real tokens, covering the absolute positions [kv_offset, kv_offset + kv_length) of the
-    keys the layer will receive, or None when there is no padding mask.
+    attention_mask is HF's (B, seen + q_length) padding mask (or None). Returns (B, kv_length) bool
+    over the absolute key positions [kv_offset, kv_offset + kv_length), True where the padding mask
+    is 1 (positions past its end count as padding, as in HF's masks), or None without a padding mask.
+
+    The op places a request's queries on its last keys, which is how a ``DynamicCache`` (and no
+    cache) hands them over; other layouts (static caches, MTP caches) raise ValueError.
 
     Equivalent PyTorch: ``attention_mask[:, kv_offset:kv_offset + kv_length].bool()``
     """
+    kv_end = kv_offset + kv_length
+    if not isinstance(q_offset, int) or q_offset + q_length != kv_end:
+        raise ValueError(
+            f"q_offset: got queries [{q_offset}, {q_offset} + {q_length}) over keys [{kv_offset}, {kv_end}); "
+            "attn_implementation='inkling_ops' expects the queries to be the last keys (a DynamicCache or no "
+            "cache; static and MTP caches are not supported)"
+        )
     if attention_mask is None:
         return None
-    if attention_mask.ndim != 2:
+    if attention_mask.ndim != 2 or attention_mask.shape[0] != batch_size:
         raise ValueError(
-            f"attention_mask: got a mask of shape {tuple(attention_mask.shape)}, expected a 2D (batch, "
-            "kv_len) padding mask for attn_implementation='inkling_ops'"
+            f"attention_mask: got a mask of shape {tuple(attention_mask.shape)}, expected a 2D "
+            f"({batch_size}, kv_len) padding mask for attn_implementation='inkling_ops'"
         )
-    mask = attention_mask[:, kv_offset : kv_offset + kv_length].to(torch.bool)
-    if mask.shape != (batch_size, kv_length):
-        raise ValueError(
-            f"attention_mask: got a padding mask of shape {tuple(attention_mask.shape)}, expected at least "
-            f"{kv_offset + kv_length} positions for {batch_size} rows"
-        )
-    return mask
+    padding = attention_mask.to(torch.bool)
+    if padding.shape[-1] < kv_end:
+        padding = torch.nn.functional.pad(padding, (0, kv_end - padding.shape[-1]))
+    return padding[:, kv_offset:kv_end]
 
 
 def compact_rel_logits_from_dense(position_bias: torch.Tensor, rel_extent: int) -> torch.Tensor:
