@@ -6,6 +6,7 @@ and "inkling_ops"; sequences go well past the window and both extents, with left
 different lengths.
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -218,6 +219,13 @@ def test_package_imports_without_transformers():
     assert res.stdout.strip() == "ok"
 
 
+def test_docs_example_runs():
+    with open(os.path.join(REPO_ROOT, "docs", "huggingface.md")) as f:
+        text = f.read()
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(example, "docs/huggingface.md", "exec"), {})  # it asserts equality with eager itself
+
+
 def teacher_forced_decode_logits(model, impl, ids, mask, tokens):
     """Prefill ids, then feed tokens (B, steps) one at a time through the cache; logits of every step."""
     model.set_attn_implementation(impl)
@@ -239,23 +247,42 @@ def bf16_config() -> InklingTextConfig:
     cfg = tiny_config()
     cfg.mlp_layer_types = ["dense"] * cfg.num_hidden_layers
     cfg.initializer_range = 0.1
+    cfg.head_dim = cfg.swa_head_dim = 32  # a head_dim the Triton backend takes (it rejects 8)
     return cfg
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+INTERPRETER = pytest.mark.skipif(
+    torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1", reason="Triton interpreter runs on CPU only"
+)
+
+# (device, dtype, backend forced on the op or None for the default, decode steps). The Triton
+# interpreter case runs the GPU kernels' code on CPU, in fp16 (the interpreter mishandles bf16).
+DECODE_CASES = [
+    pytest.param("cpu", torch.bfloat16, None, 48, id="cpu-bf16-reference"),
+    pytest.param("cpu", torch.float16, "triton", 16, id="cpu-fp16-triton-interpreted", marks=INTERPRETER),
+    pytest.param("cuda", torch.bfloat16, None, 48, id="cuda-bf16-triton", marks=[pytest.mark.gpu, CUDA]),
+]
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, CUDA])])
-def test_bf16_teacher_forced_decode_matches_eager(device):
+@pytest.mark.parametrize("device, dtype, backend, steps", DECODE_CASES)
+def test_low_precision_teacher_forced_decode_matches_eager(device, dtype, backend, steps, monkeypatch):
+    import inkling_ops.dispatch as dispatch
+
+    chosen = set()
+    select = dispatch.select_backend
+    monkeypatch.setattr(dispatch, "select_backend", lambda *a: chosen.add(select(*a).name) or select(*a))
+    if backend is not None:
+        monkeypatch.setattr(hf, "rel_attn", functools.partial(hf.rel_attn, backend=backend))
     torch.manual_seed(0)
     m = AutoModelForCausalLM.from_config(bf16_config(), attn_implementation="eager")
     with torch.no_grad():  # a stronger bias, so that a wrong bias or window shows above bf16 noise
         for layer in m.model.layers:
             layer.self_attn.rel_logits_proj.proj.mul_(4.0)
-    m = m.to(device=device, dtype=torch.bfloat16).eval()
+    m = m.to(device=device, dtype=dtype).eval()
     ids, mask = left_padded_batch(PROMPT_LENGTHS, max(PROMPT_LENGTHS), device)
     gen = torch.Generator().manual_seed(2)
-    tokens = torch.randint(3, 64, (len(PROMPT_LENGTHS), 48), generator=gen).to(device)
+    tokens = torch.randint(3, 64, (len(PROMPT_LENGTHS), steps), generator=gen).to(device)
     ref = teacher_forced_decode_logits(m, "eager", ids, mask, tokens).float()
     got = teacher_forced_decode_logits(m, "inkling_ops", ids, mask, tokens).float()
     scale = ref.abs().amax()
@@ -263,3 +290,4 @@ def test_bf16_teacher_forced_decode_matches_eager(device):
     for step in range(ref.shape[1]):  # prefill, then every decode step, so a failing position is named
         err = (got[:, step] - ref[:, step]).abs().amax()
         assert err <= 2e-2 * scale, f"decode step {step}: max |diff| {err:.4f} vs logit scale {scale:.3f}"
+    assert chosen == ({"triton"} if device == "cuda" or backend == "triton" else {"reference"})
