@@ -95,6 +95,11 @@ def test_registered_names(model):
     assert AttentionInterface._global_mapping["inkling_ops"] is hf.inkling_ops_attention
     assert AttentionMaskInterface._global_mapping["inkling_ops"] is hf.key_padding_mask
     hf.register()  # idempotent: the hooks are not stacked twice
+    from transformers.models.inkling.modeling_inkling import InklingAttention, InklingRelativeLogits
+
+    for cls in (InklingAttention, InklingRelativeLogits):
+        assert cls.forward._inkling_ops_hook
+        assert not getattr(cls.forward.__wrapped__, "_inkling_ops_hook", False)
     model.set_attn_implementation("inkling_ops")
     assert model.config._attn_implementation == "inkling_ops"
     assert model.model.layers[0].self_attn.config._attn_implementation == "inkling_ops"

@@ -69,8 +69,6 @@ PAGE_SIZE = 16
 # InklingRelativeLogits then returns the compact (B, Hq, q_len, E) logits instead of the dense bias.
 _COMPACT_BIAS = contextvars.ContextVar("inkling_ops_compact_bias", default=False)
 
-_REGISTERED = False
-
 
 def key_padding_mask(
     batch_size: int,
@@ -129,14 +127,13 @@ def compact_rel_logits_from_dense(position_bias: torch.Tensor, rel_extent: int) 
     return position_bias.gather(-1, index).masked_fill(~exists, 0.0)
 
 
-def _row_ranges(padding: torch.Tensor):
+def _row_ranges(padding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, kv) bool padding mask -> start (B,), end (B,) int64 of each row's valid keys.
 
     Raises ValueError when a row's valid keys are not one contiguous run (holes inside the row).
     """
     kv_len = padding.shape[1]
-    valid = padding.to(torch.int64)
-    count = valid.sum(-1)
+    count = padding.sum(-1)
     pos = torch.arange(kv_len, device=padding.device)
     start = torch.where(padding, pos, kv_len).amin(-1)
     end = torch.where(padding, pos + 1, 0).amax(-1)
@@ -283,11 +280,9 @@ def _compact_relative_logits_forward(original):
 def register() -> None:
     """Register "inkling_ops" with transformers (attention function, mask function, compact-bias hook).
 
-    Idempotent; called when this module is imported. Raises ImportError without transformers.
+    Idempotent (the hooks are marked and never stacked); called when this module is imported, and
+    again after transformers is reloaded. Raises ImportError without transformers' Inkling model.
     """
-    global _REGISTERED
-    if _REGISTERED:
-        return
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
     from transformers.models.inkling import modeling_inkling
@@ -300,7 +295,6 @@ def register() -> None:
     logits_cls = modeling_inkling.InklingRelativeLogits
     if not getattr(logits_cls.forward, "_inkling_ops_hook", False):
         logits_cls.forward = _compact_relative_logits_forward(logits_cls.forward)
-    _REGISTERED = True
 
 
 register()
