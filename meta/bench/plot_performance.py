@@ -57,7 +57,7 @@ class Sweep:
 
 SWEEPS = (
     Sweep("seqlen", "kv_len", "sequence length (q_len = kv_len, one request)", "tflops", "prefill over sequence length"),
-    Sweep("batch", "num_reqs", "batch size (requests, q_len 1, 8K KV each)", "gbps", "decode over batch size"),
+    Sweep("batch", "num_reqs", "batch size (requests of q_len 1, {kv} of KV each)", "gbps", "decode over batch size"),
 )
 ANCHOR_PNG = "perf_anchor_ratios.png"
 
@@ -212,14 +212,15 @@ def plot_sweep(plt, records: Sequence[dict], sweep: Sweep, kind: str, path: Path
             ax.grid(True, which="major", alpha=0.3)
             ax.set_title(f"{CLOCK_TITLES[clock]}, page {page}", fontsize=10)
             ax.set_ylabel(f"{unit} ({clock})")
-            if row == len(CLOCKS) - 1:
-                ax.set_xlabel(sweep.x_label)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
             else:
                 ax.text(0.5, 0.5, "no records", transform=ax.transAxes, ha="center")
     spec = records[0]["case_spec"]
     layer = f"{kind}: heads {spec['hq']}/{spec['hkv']}, E {spec['rel_extent']}" + (f", window {spec['window_left']}" if spec["window_left"] >= 0 else "")
+    x_label = sweep.x_label.format(kv=_joined_short(r["case_spec"]["kv_len"] for r in records))
+    for ax in axes[-1]:
+        ax.set_xlabel(x_label)
     fig.suptitle(f"rel_attn {sweep.title} ({layer}) vs peers\n{provenance(records)}; same {unit} accounting for every peer", fontsize=11)
     fig.tight_layout()
     save(fig, path)
@@ -262,6 +263,10 @@ def plot_anchor_ratios(plt, records: Sequence[dict], path: Path) -> None:
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)
+
+
+def _joined_short(values) -> str:
+    return "/".join(_short(v) for v in sorted(set(values)))
 
 
 def _short(x: int) -> str:
