@@ -10,21 +10,24 @@ from pathlib import Path
 
 import pytest
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "meta" / "bench" / "plot_performance.py"
+_BENCH_DIR = Path(__file__).resolve().parents[1] / "meta" / "bench"
+_SCRIPT = _BENCH_DIR / "plot_performance.py"
 _PEERS = ("ours", "fa4_scoremod", "flex", "sdpa_nobias")
 _OLD, _NEW = "2026-11-30T09:00:00+00:00", "2026-12-01T16:00:00+00:00"
 
 
-def _load_script():
-    """meta/bench/plot_performance.py by path (meta/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("plot_performance", _SCRIPT)
+def _load(name, path):
+    """A lab script by path (meta/ is not a package); registered so dataclasses resolve."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-plot_performance = _load_script()
+plot_performance = _load("plot_performance", _SCRIPT)
 
 
 def _record(case, spec, page, peer, ms, timestamp, sha, status="ok"):
@@ -120,3 +123,23 @@ def test_main_says_so_when_no_record_matches(tmp_path, capsys):
     assert plot_performance.main(["--records", str(records), "--out-dir", str(tmp_path / "img"), "--git-sha", "ddddddd"]) == 1
     assert "no records of git ddddddd" in capsys.readouterr().out
     assert not (tmp_path / "img").exists()
+
+
+def test_sweep_cases_file_holds_every_sweep_the_script_draws():
+    """meta/bench/sweep_cases.json parses with benchmark.py's load_cases, and its names are the script's sweeps."""
+    benchmark = _load("inkling_lab_benchmark", _BENCH_DIR / "benchmark.py")
+    cases, _ = benchmark.load_cases(_BENCH_DIR / "sweep_cases.json")
+    by_sweep = {}
+    for case in cases:
+        sweep = plot_performance.sweep_of({"case": case.name})
+        assert sweep is not None, case.name
+        assert (sweep[1] == "sliding") == case.is_local, case.name
+        by_sweep.setdefault(sweep, []).append(case)
+    assert sorted(by_sweep) == sorted((s.prefix, k) for s in plot_performance.SWEEPS for k in plot_performance.LAYER_KINDS)
+    for (prefix, kind), members in by_sweep.items():
+        assert all(c.is_decode == (prefix == "batch") for c in members), (prefix, kind)
+        x_key = next(s.x_key for s in plot_performance.SWEEPS if s.prefix == prefix)
+        xs = [getattr(c, x_key) for c in members]
+        assert len(set(xs)) == len(xs) >= 3, (prefix, kind, xs)
+    anchors, _ = benchmark.load_cases(None)
+    assert all(plot_performance.sweep_of({"case": c.name}) is None for c in anchors)
