@@ -67,6 +67,22 @@ class RelAttnCase:
             max_seqlen_q=self.max_seqlen_q, num_splits=num_splits, config=config, launch_fwd=launch_fwd,
         )  # fmt: skip
 
+    def reference_fp32(self) -> torch.Tensor:
+        """The reference backend's output on fp32 copies of the inputs (on the case's device): the
+        expectation low-precision backends are compared with.
+
+        Equivalent PyTorch: ``inkling_ops.rel_attn_reference`` of ``self`` in float32.
+        """
+        from .reference import rel_attn_reference
+
+        out = torch.zeros(self.q.shape, dtype=torch.float32, device=self.q.device)
+        rel_attn_reference(
+            self.q.float(), self.key_cache.float(), self.value_cache.float(), self.block_table, self.cache_seqlens,
+            self.cu_seqlens_q, self.rel_logits.float(), out, softmax_scale=self.softmax_scale,
+            window_left=self.window_size[0],
+        )  # fmt: skip
+        return out
+
     def triton_config(self):
         """The Triton backend's default launch configuration (``FwdConfig``) for this case, as
         the dispatcher picks it from the case's compile-key quantities."""

@@ -289,11 +289,13 @@ def _meta_cache(config: ServingConfig, num_blocks: int) -> tuple[torch.Tensor, t
     return torch.empty(shape, dtype=config.dtype, device="meta"), torch.empty(shape, dtype=config.dtype, device="meta")
 
 
-def runtime_problem(config: ServingConfig, *, q_len: int, num_reqs: int, num_tokens: int | None = None):
+def runtime_problem(
+    config: ServingConfig, *, q_len: int, num_reqs: int, num_tokens: int | None = None, width: int | None = None
+):
     """The problem ``check_call`` builds for a step with one request of q_len rows and num_reqs - 1 decode rows.
 
     The arguments are meta tensors (check_call reads metadata only), shaped as vLLM shapes them:
-    a fixed cache and a block table of width cdiv(max_model_len, page_size).
+    a fixed cache and a block table of width cdiv(max_model_len, page_size), or ``width``.
     """
     if num_tokens is None:
         num_tokens = q_len + num_reqs - 1 if num_reqs else 0
@@ -304,7 +306,7 @@ def runtime_problem(config: ServingConfig, *, q_len: int, num_reqs: int, num_tok
         torch.empty(num_tokens, config.num_heads, config.head_dim, dtype=config.dtype, **meta),
         key_cache,
         value_cache,
-        torch.empty(num_reqs, config.max_blocks_per_seq, dtype=torch.int32, **meta),
+        torch.empty(num_reqs, config.max_blocks_per_seq if width is None else width, dtype=torch.int32, **meta),
         torch.empty(num_reqs, dtype=torch.int32, **meta),
         torch.empty(num_reqs + 1, dtype=torch.int32, **meta),
         torch.empty(num_tokens, config.num_heads, config.rel_extent, dtype=config.dtype, **meta),
@@ -334,6 +336,14 @@ def runtime_pairs(config: ServingConfig):
 def runtime_problems(config_id: str) -> tuple:
     config = CONFIGS[config_id]
     problems = [(q, r, runtime_problem(config, q_len=q, num_reqs=r)) for q, r in runtime_pairs(config)]
+    # Narrower block tables (an engine may pass them): every power of two and its successor, up to
+    # the configuration's width, for the short queries whose split count can depend on the width.
+    full = config.max_blocks_per_seq
+    widths = sorted({w for k in range(full.bit_length()) for w in (1 << k, (1 << k) + 1) if w < full})
+    problems += [
+        (q, r, runtime_problem(config, q_len=q, num_reqs=r, width=w))
+        for q, r in runtime_pairs(config) if q <= 16 for w in widths
+    ]
     # Edge steps: no tokens at all (an all-padding step), with and without requests.
     problems += [(0, r, runtime_problem(config, q_len=0, num_reqs=r, num_tokens=0)) for r in (0, 1, config.max_num_seqs)]
     return tuple(problems)
@@ -378,7 +388,8 @@ def test_enumeration_covers_every_runtime_call(config_id, facts_id, choice, monk
         if backend.name not in enumerated:
             enumerated[backend.name] = enumerate_compile_keys(config, facts=facts, backend=backend.name, policy=policy)
             assert 1 <= len(enumerated[backend.name]) < 64, sorted(enumerated[backend.name])
-        assert key in enumerated[backend.name], f"q_len={q_len} num_reqs={num_reqs}: {key} was not enumerated"
+        width = problem.max_blocks_per_seq
+        assert key in enumerated[backend.name], f"q_len={q_len} num_reqs={num_reqs} width={width}: {key} was not enumerated"
         reached.setdefault(backend.name, set()).add(key)
     # Tight as well as complete: warmup compiles nothing that no call can use.
     for name, keys in enumerated.items():

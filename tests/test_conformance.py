@@ -95,14 +95,7 @@ def _brute_force(case) -> torch.Tensor:
 
 def _reference_fp32(case) -> torch.Tensor:
     """The reference backend on fp32 copies of the inputs (same device)."""
-    out = torch.zeros(case.q.shape, dtype=torch.float32, device=case.q.device)
-    f32 = case.to(case.q.device)
-    inkling_ops.rel_attn_reference(
-        f32.q.float(), f32.key_cache.float(), f32.value_cache.float(), f32.block_table, f32.cache_seqlens,
-        f32.cu_seqlens_q, f32.rel_logits.float(), out, softmax_scale=case.softmax_scale,
-        window_left=case.window_size[0],
-    )  # fmt: skip
-    return out
+    return case.reference_fp32()
 
 
 def _expected(case, backend: str, gpu: bool) -> tuple[torch.Tensor, dict]:

@@ -275,8 +275,14 @@ def test_low_precision_teacher_forced_decode_matches_eager(device, dtype, backen
     import inkling_ops.dispatch as dispatch
 
     chosen = set()
-    select = dispatch.select_backend
-    monkeypatch.setattr(dispatch, "select_backend", lambda *a: chosen.add(select(*a).name) or select(*a))
+    plan_call = dispatch.plan_call
+
+    def spy(*args, **kwargs):  # records the backend of every call the dispatcher plans
+        backend, plan = plan_call(*args, **kwargs)
+        chosen.add(backend.name)
+        return backend, plan
+
+    monkeypatch.setattr(dispatch, "plan_call", spy)
     if backend is not None:
         monkeypatch.setattr(hf, "rel_attn", functools.partial(hf.rel_attn, backend=backend))
     torch.manual_seed(0)

@@ -240,13 +240,6 @@ def test_compile_reduce_overhead_no_cudagraph_skips():
     torch.testing.assert_close(got.float(), _reference_fp32(case) + 1.0, **TOL)
 
 
-def _reference_fp32(case):
+def _reference_fp32(case) -> torch.Tensor:
     """The reference backend on fp32 copies of the inputs (same device)."""
-    f32 = case.to(DEV)
-    out = torch.zeros(case.q.shape, dtype=torch.float32, device=DEV)
-    inkling_ops.rel_attn_reference(
-        f32.q.float(), f32.key_cache.float(), f32.value_cache.float(), f32.block_table, f32.cache_seqlens,
-        f32.cu_seqlens_q, f32.rel_logits.float(), out, softmax_scale=case.softmax_scale,
-        window_left=case.window_size[0],
-    )  # fmt: skip
-    return out
+    return case.reference_fp32()

@@ -177,8 +177,8 @@ def test_two_pass_rejects_tiles_that_do_not_nest():
 
 def test_triton_is_not_cpu_default():
     case = make_case(q_lens=[2], kv_lens=[4])
-    problem_backend, _, key = inkling_ops.plan(_problem(case), case.q.device, None)
-    assert problem_backend.name == "reference" and key.backend == "reference"
+    plan = inkling_ops.plan(_problem(case), inkling_ops.device_facts(case.q.device))
+    assert plan.backend == "reference" and plan.key.backend == "reference"
 
 
 @pytest.mark.parametrize("num_splits", [1, 3], ids=lambda n: f"splits{n}")

@@ -9,7 +9,7 @@ same inputs (validation and dispatch are skipped on both sides, so the eager clo
 the backends' own host cost too). For each case and page size it checks that the two outputs
 are equal (bit for bit, and the max difference if not), then times both, alternating, on both
 clocks: ``triton.testing.do_bench`` (eager, launches included) and CUDA-graph replay of one
-call (L2 flushed by zeroing 256 MB before each, as do_bench does). One JSON line per case.
+call (``inkling_ops.bench.time_graph``: the L2 flushed by zeroing 256 MB before each, as do_bench does). One JSON line per case.
 """
 
 from __future__ import annotations
@@ -102,32 +102,6 @@ def backend_call(backend_module, validation, compile_keys, tensors: dict, case: 
     return (lambda: backend.run(problem, splits, *ordered, out)), splits
 
 
-def graph_ms(fn, reps: int = 50) -> float:
-    """Median ms of replaying a CUDA graph of one ``fn`` call, the L2 flushed (zeroed) before each."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    for _ in range(10):
-        flush.zero_()
-        graph.replay()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
-        flush.zero_()
-        s.record()
-        graph.replay()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("base", type=Path, help="folder holding the base commit's inkling_ops/")
@@ -143,6 +117,7 @@ def main(argv=None) -> int:
     import inkling_ops
     from inkling_ops import compile_keys, validation
     from inkling_ops.backends import triton_backend
+    from inkling_ops.bench import time_graph
 
     base = load_base(args.base)
     new = (triton_backend, validation, compile_keys)
@@ -169,7 +144,7 @@ def main(argv=None) -> int:
                 for _ in range(args.rounds):
                     for side in ("base", "new"):
                         eager[side].append(triton.testing.do_bench(fns[side], warmup=25, rep=100, return_mode="median"))
-                        graph[side].append(graph_ms(fns[side]))
+                        graph[side].append(time_graph(fns[side], device, reps=50))
             med = {k: {s: statistics.median(v[s]) for s in v} for k, v in (("eager", eager), ("graph", graph))}
             record = dict(
                 case=name, page_size=page, splits=splits, bit_identical=same, max_abs_diff=max_diff,
