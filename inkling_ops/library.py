@@ -16,7 +16,7 @@ from torch.library import Library
 
 from . import dispatch
 from .problem import RelAttnArgs
-from .validation import check_call, check_inference_only
+from .validation import check_call, check_call_cached, check_inference_only
 
 _ARGS = (
     "Tensor q, Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor cache_seqlens, "
@@ -36,10 +36,11 @@ for _schema in SCHEMAS.values():
 
 def _validate(
     q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
-    max_seqlen_q, softmax_scale, window_size, causal, num_splits, out,
+    max_seqlen_q, softmax_scale, window_size, causal, num_splits, out, check=check_call,
 ):  # fmt: skip
-    """Section-5 argument checks, then the inference-only check; returns the call's static problem."""
-    problem = check_call(
+    """Section-5 argument checks, then the inference-only check; returns the call's static problem.
+    ``check``: :func:`check_call`, or its cached form for the real (non-fake) implementations."""
+    problem = check(
         q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
         max_seqlen_q, softmax_scale, window_size, causal, num_splits, out,
     )  # fmt: skip
@@ -53,7 +54,7 @@ def _rel_attn_out(
 ):  # fmt: skip
     problem = _validate(
         q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
-        max_seqlen_q, softmax_scale, window_size, causal, num_splits, out,
+        max_seqlen_q, softmax_scale, window_size, causal, num_splits, out, check_call_cached,
     )  # fmt: skip
     args = RelAttnArgs(q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
     dispatch.run(problem, backend, args, out)
@@ -65,7 +66,7 @@ def _rel_attn(
 ):  # fmt: skip
     problem = _validate(
         q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
-        max_seqlen_q, softmax_scale, window_size, causal, num_splits, None,
+        max_seqlen_q, softmax_scale, window_size, causal, num_splits, None, check_call_cached,
     )  # fmt: skip
     # Rows no request covers come back as zeros (the out variant leaves them untouched).
     out = torch.zeros_like(q, memory_format=torch.contiguous_format)
