@@ -9,7 +9,6 @@ run here; the smoke run shows that they report themselves unavailable instead of
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -17,20 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 from brute_force import rel_attn_brute_force
+from lab_tools import load_lab_module, load_tool
 
 _BENCHMARK = Path(__file__).resolve().parents[1] / "meta" / "bench" / "benchmark.py"
 
 
 def _load_benchmark():
-    """meta/bench/benchmark.py by path (meta/ is not a package); registered so dataclasses resolve."""
-    name = "inkling_lab_benchmark"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """meta/bench/benchmark.py, under the name the lab tools use for it too."""
+    return load_lab_module("inkling_lab_benchmark", _BENCHMARK)
 
 
 bm = _load_benchmark()
@@ -405,13 +398,7 @@ def test_fa4_peer_uses_the_vllm_score_mod_and_imports_no_cutlass():
 
 
 def _load_host_overhead():
-    name = "inkling_lab_host_overhead"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _BENCHMARK.parents[1] / "tools" / "host_overhead.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_tool("host_overhead")
 
 
 def test_host_overhead_probe_leaves_the_dispatcher_as_it_was():

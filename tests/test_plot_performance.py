@@ -3,12 +3,11 @@ writes every figure from a synthetic records file and skips the sweeps it has no
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from lab_tools import load_lab_module
 
 _BENCH_DIR = Path(__file__).resolve().parents[1] / "meta" / "bench"
 _SCRIPT = _BENCH_DIR / "plot_performance.py"
@@ -16,18 +15,9 @@ _PEERS = ("ours", "fa4_scoremod", "flex", "sdpa_nobias")
 _OLD, _NEW = "2026-11-30T09:00:00+00:00", "2026-12-01T16:00:00+00:00"
 
 
-def _load(name, path):
-    """A lab script by path (meta/ is not a package); registered so dataclasses resolve."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-plot_performance = _load("plot_performance", _SCRIPT)
+plot_performance = load_lab_module("plot_performance", _SCRIPT)
 
 
 def _record(case, spec, page, peer, ms, timestamp, sha, status="ok"):
@@ -127,7 +117,7 @@ def test_main_says_so_when_no_record_matches(tmp_path, capsys):
 
 def test_sweep_cases_file_holds_every_sweep_the_script_draws():
     """meta/bench/sweep_cases.json parses with benchmark.py's load_cases, and its names are the script's sweeps."""
-    benchmark = _load("inkling_lab_benchmark", _BENCH_DIR / "benchmark.py")
+    benchmark = load_lab_module("inkling_lab_benchmark", _BENCH_DIR / "benchmark.py")
     cases, _ = benchmark.load_cases(_BENCH_DIR / "sweep_cases.json")
     by_sweep = {}
     for case in cases:
