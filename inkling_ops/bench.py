@@ -84,15 +84,38 @@ def smoke_case(case: BenchCase) -> BenchCase:
 # --- accounting --------------------------------------------------------------------------------
 
 
-def visible_pairs(case: BenchCase) -> int:
-    """(query, key) pairs the causal (and windowed) mask lets through, over all requests.
+def _sum_range(lo: int, hi: int) -> int:
+    """lo + (lo + 1) + ... + hi (0 when hi < lo)."""
+    return (lo + hi) * (hi - lo + 1) // 2 if hi >= lo else 0
 
-    Equivalent PyTorch: ``num_reqs * sum(min(a + 1, window + 1) for a in range(kv_len - q_len, kv_len))``.
+
+def visible_pairs_per_request(q_len: int, kv_len: int, window_left: int = -1) -> int:
+    """Visible (query, key) pairs of one request: its q_len queries are the last of kv_len positions.
+
+    Query ``i`` sits at ``a = kv_len - q_len + i`` and sees ``a + 1`` keys, or ``min(a + 1,
+    window_left + 1)`` with a window (anchors.md's accounting; the lab's peer benchmark uses it too).
+
+    Equivalent Python: ``sum(min(a + 1, window_left + 1) if window_left >= 0 else a + 1 for a in range(kv_len - q_len, kv_len))``.
     """
-    per_request = 0
-    for a in range(case.kv_len - case.q_len, case.kv_len):  # absolute position of each query
-        per_request += a + 1 if case.window_left < 0 else min(a + 1, case.window_left + 1)
-    return case.num_reqs * per_request
+    if not 0 <= q_len <= kv_len:
+        raise ValueError(f"need 0 <= q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
+    first, last = kv_len - q_len + 1, kv_len  # keys seen by the first and last query, unwindowed
+    if window_left < 0:
+        return _sum_range(first, last)
+    cap = window_left + 1
+    return _sum_range(first, min(last, cap)) + cap * max(0, last - max(first, cap + 1) + 1)
+
+
+def kv_positions_read_per_request(q_len: int, kv_len: int, window_left: int = -1) -> int:
+    """Key positions some query of the request sees: all kv_len, or from the first query's window start."""
+    if window_left < 0:
+        return kv_len
+    return kv_len - max(0, kv_len - q_len - window_left)
+
+
+def visible_pairs(case: BenchCase) -> int:
+    """(query, key) pairs the causal (and windowed) mask lets through, over all requests."""
+    return case.num_reqs * visible_pairs_per_request(case.q_len, case.kv_len, case.window_left)
 
 
 def flop_count(case: BenchCase) -> int:
@@ -101,8 +124,7 @@ def flop_count(case: BenchCase) -> int:
 
 def byte_count(case: BenchCase, elem_bytes: int) -> int:
     """K+V positions some query sees, plus q, out and rel_logits, each once."""
-    first_query = case.kv_len - case.q_len
-    keys = case.kv_len if case.window_left < 0 else case.kv_len - max(0, first_query - case.window_left)
+    keys = kv_positions_read_per_request(case.q_len, case.kv_len, case.window_left)
     kv = 2 * case.num_reqs * keys * case.num_kv_heads * case.head_dim
     tokens = case.num_reqs * case.q_len
     return elem_bytes * (kv + 2 * tokens * case.num_heads * case.head_dim + tokens * case.num_heads * case.rel_extent)

@@ -75,6 +75,9 @@ if str(REPO_ROOT) not in sys.path:  # run as ``python meta/bench/benchmark.py``:
 
 import torch  # noqa: E402
 
+# anchors.md's accounting, one copy: the product's small benchmark defines it
+from inkling_ops.bench import kv_positions_read_per_request, visible_pairs_per_request  # noqa: E402,F401
+
 #: Where the shared case file lives next to the repo on the development machine (absent on the GPU).
 SHARED_CASES = REPO_ROOT.parent / "shared" / "bench_cases.json"
 BENCH_DIR = Path(__file__).resolve().parent
@@ -228,33 +231,6 @@ def smoke_case(case: BenchCase) -> BenchCase:
 # ---------------------------------------------------------------------------------------------
 # Accounting (pure functions; anchors.md definitions)
 # ---------------------------------------------------------------------------------------------
-
-
-def _sum_range(lo: int, hi: int) -> int:
-    """lo + (lo + 1) + ... + hi (0 when hi < lo)."""
-    return (lo + hi) * (hi - lo + 1) // 2 if hi >= lo else 0
-
-
-def visible_pairs_per_request(q_len: int, kv_len: int, window_left: int = -1) -> int:
-    """Visible (query, key) pairs of one request: its q_len queries are the last of kv_len positions.
-
-    Query ``i`` sits at ``a = kv_len - q_len + i`` and sees ``a + 1`` keys, or ``min(a + 1,
-    window_left + 1)`` with a window. E.g. an 8K causal prefill has 8192 * 8193 / 2 pairs.
-    """
-    if not 0 <= q_len <= kv_len:
-        raise ValueError(f"need 0 <= q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
-    first, last = kv_len - q_len + 1, kv_len  # keys seen by the first and last query, unwindowed
-    if window_left < 0:
-        return _sum_range(first, last)
-    cap = window_left + 1
-    return _sum_range(first, min(last, cap)) + cap * max(0, last - max(first, cap + 1) + 1)
-
-
-def kv_positions_read_per_request(q_len: int, kv_len: int, window_left: int = -1) -> int:
-    """Key positions some query of the request sees: all kv_len, or from the first query's window start."""
-    if window_left < 0:
-        return kv_len
-    return kv_len - max(0, kv_len - q_len - window_left)
 
 
 def visible_pairs(case: BenchCase) -> int:
