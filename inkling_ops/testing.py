@@ -53,18 +53,22 @@ class RelAttnCase:
             self.rel_logits, self.max_seqlen_q, self.softmax_scale, self.window_size, True, num_splits, None,
         )  # fmt: skip
 
-    def run_triton(self, out: torch.Tensor, *, num_splits: int, config, launch_fwd=None):
+    def run_triton(self, out: torch.Tensor, *, num_splits: int, config):
         """The Triton kernels on this case with an explicit split count and launch configuration
         (``FwdConfig``), bypassing the dispatcher: for the tuner, the profiler and kernel tests.
 
         Equivalent PyTorch: ``inkling_ops.rel_attn(*self.args(), **self.kwargs(), out=out)``.
         """
         from .backends.triton_backend import run_triton
+        from .problem import RelAttnArgs
 
-        return run_triton(
+        args = RelAttnArgs(
             self.q, self.key_cache, self.value_cache, self.block_table, self.cache_seqlens, self.cu_seqlens_q,
-            self.rel_logits, out, softmax_scale=self.softmax_scale, window_left=self.window_size[0],
-            max_seqlen_q=self.max_seqlen_q, num_splits=num_splits, config=config, launch_fwd=launch_fwd,
+            self.rel_logits,
+        )
+        return run_triton(
+            args, out, softmax_scale=self.softmax_scale, window_left=self.window_size[0],
+            max_seqlen_q=self.max_seqlen_q, num_splits=num_splits, config=config,
         )  # fmt: skip
 
     def reference_fp32(self) -> torch.Tensor:

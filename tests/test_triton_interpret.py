@@ -248,22 +248,3 @@ def test_every_tuning_candidate_is_correct(kind, config):
         case = make_case(q_lens=[1, 2], kv_lens=[300, 90], num_heads=8, num_kv_heads=1, rel_extent=48)
         splits = 3
     _check(case, _with_config(case, config, num_splits=splits))
-
-
-@pytest.mark.parametrize("num_splits", [1, 3])
-def test_run_triton_launches_a_given_forward(num_splits):
-    """``launch_fwd`` (for scripts/ab_fwd_module.py) replaces the forward launch and nothing else:
-    the same passes, workspace and combine run around it."""
-    from inkling_ops.kernels.triton_configs import FwdConfig
-    from inkling_ops.kernels.triton_fwd import launch_rel_attn_fwd
-
-    calls = []
-
-    def counting_launch(*args, **kwargs):
-        calls.append(kwargs["num_splits"])
-        return launch_rel_attn_fwd(*args, **kwargs)
-
-    case = make_case(**dict(CASES)["decode_batch_E_lt_kv_g8"], extra_tokens=2)
-    config = FwdConfig(16, 16, 4, 2)
-    _check(case, lambda out: case.run_triton(out, num_splits=num_splits, config=config, launch_fwd=counting_launch))
-    assert calls == [num_splits]

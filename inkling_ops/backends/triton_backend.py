@@ -255,37 +255,24 @@ class TritonBackend(Backend):
 def run_triton(
     args: RelAttnArgs,
     out: torch.Tensor,
-    *legacy: torch.Tensor,
+    *,
     softmax_scale: float,
     window_left: int,
     max_seqlen_q: int,
     num_splits: int,
     config,
-    launch_fwd=None,
     launchers: tuple = (),
 ):
     """Forward kernel (and, with num_splits > 1, the combine) on the call's tensors ``args``,
     writing ``out``, with an explicit launch config.
 
     The backend's ``run`` uses the tuned config; the tuner (``meta/tools/tuning.py``) calls this
-    with candidates. Arguments must already be validated. ``launch_fwd``: another copy of
-    ``launch_rel_attn_fwd`` (same signature) to launch instead, through the same passes,
-    workspace and combine (to time an older kernel module). ``launchers``: the compiled kernels of
+    with candidates. Arguments must already be validated. ``launchers``: the compiled kernels of
     each launch, in order (the backend's, from its compile key); empty: each launch finds the
     variant of its tensors itself.
-
-    ``legacy``: transitional, for callers that still pass the seven tensors and ``out`` one by one
-    in ``RelAttnArgs`` order (``run_triton(q, key_cache, ..., rel_logits, out, ...)``, as
-    ``inkling_ops.testing.RelAttnCase.run_triton`` does until it passes the bundle).
     """
-    if legacy:
-        if len(legacy) != 6:
-            raise TypeError(
-                f"run_triton takes (args, out) or the seven tensors and out; got {2 + len(legacy)} positional arguments"
-            )
-        args, out = RelAttnArgs(args, out, *legacy[:5]), legacy[5]
     _, fwd_module, combine_module = _kernel_modules()
-    launch_rel_attn_fwd = launch_fwd or fwd_module.launch_rel_attn_fwd
+    launch_rel_attn_fwd = fwd_module.launch_rel_attn_fwd
     launch_rel_attn_combine = combine_module.launch_rel_attn_combine
 
     q, rel_logits = args.q, args.rel_logits
