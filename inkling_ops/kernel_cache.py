@@ -9,6 +9,8 @@ Layout (docs/compile_keys.md has an example)::
           <kernel>.json          Triton's metadata
           <kernel>.cubin         the binary
           MANIFEST.json          written last: each file's size and sha256, and the spec
+      <arch>-cute-<fingerprint>/ CuTe DSL kernels (:func:`cute_fingerprint`): each entry holds
+        <entry>/kernel.o         the exported TVM-FFI object (inkling_ops/kernels/cute_runtime.py)
 
 An entry is written into a temporary directory and renamed into place, so readers see a
 complete entry or none; when another process renamed its copy first, ours is discarded. An
@@ -35,6 +37,12 @@ MANIFEST = "MANIFEST.json"
 FINGERPRINT = "FINGERPRINT.json"
 #: Files of inkling_ops/kernels/ whose contents enter the fingerprint.
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
+#: The CuTe DSL kernel modules (and their runtime), the sources of a CuTe store's fingerprint.
+CUTE_SOURCES = "cute_*.py"
+#: What a CuTe entry depends on besides our sources: the DSL that compiled it and the TVM-FFI ABI
+#: its object file is linked against. (Not torch, triton or the Python version: an exported object
+#: calls neither.)
+CUTE_TOOLCHAIN = ("nvidia-cutlass-dsl", "apache-tvm-ffi")
 
 
 def cache_dir() -> Path:
@@ -57,22 +65,23 @@ def package_version() -> str:
     return version
 
 
-@functools.lru_cache(maxsize=1)
-def sources_hash(directory: Path = KERNELS_DIR) -> str:
-    """sha256 of the kernel modules' contents (``*.py`` of ``directory``, by name)."""
+@functools.lru_cache(maxsize=8)
+def sources_hash(directory: Path = KERNELS_DIR, pattern: str = "*.py") -> str:
+    """sha256 of the kernel modules' contents (the files of ``directory`` matching ``pattern``, by name)."""
     digest = hashlib.sha256()
-    for path in sorted(directory.glob("*.py")):
+    for path in sorted(directory.glob(pattern)):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
-def toolchain_versions() -> dict[str, str]:
-    """Versions of torch, triton and (when installed) nvidia-cutlass-dsl."""
+@functools.lru_cache(maxsize=4)
+def toolchain_versions(names: tuple[str, ...] = ("torch", "triton", "nvidia-cutlass-dsl")) -> dict[str, str]:
+    """Versions of the installed distributions among ``names`` (default: torch, triton and
+    nvidia-cutlass-dsl)."""
     from importlib import metadata
 
     versions = {}
-    for name in ("torch", "triton", "nvidia-cutlass-dsl"):
+    for name in names:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -91,18 +100,34 @@ def fingerprint(arch: str, *, version: str | None = None, sources: str | None = 
     )
 
 
+def cute_fingerprint(arch: str, *, version: str | None = None, sources: str | None = None, toolchain: dict | None = None) -> dict:
+    """What a store of CuTe DSL kernels is specific to: our version, the CuTe kernel sources
+    (``inkling_ops/kernels/cute_*.py``), the nvidia-cutlass-dsl and apache-tvm-ffi versions, and
+    the arch. Its directory is ``<arch>-cute-<digest>``."""
+    return dict(
+        family="cute",
+        inkling_ops=version if version is not None else package_version(),
+        kernel_sources=sources if sources is not None else sources_hash(KERNELS_DIR, CUTE_SOURCES),
+        toolchain=dict(toolchain if toolchain is not None else toolchain_versions(CUTE_TOOLCHAIN)),
+        arch=arch,
+    )
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
 class KernelStore:
-    """The entries of one fingerprint under ``root`` (default :func:`cache_dir`)."""
+    """The entries of one fingerprint under ``root`` (default :func:`cache_dir`). ``facts``
+    defaults to :func:`fingerprint` (Triton's); a ``family`` in them (``"cute"`` from
+    :func:`cute_fingerprint`) names the directory ``<arch>-<family>-<digest>``."""
 
     def __init__(self, arch: str, *, root: Path | str | None = None, facts: dict | None = None):
         self.root = Path(root) if root is not None else cache_dir()
         self.facts = facts if facts is not None else fingerprint(arch)
         digest = _sha256(json.dumps(self.facts, sort_keys=True).encode())[:16]
-        self.directory = self.root / f"{arch}-{digest}"
+        family = self.facts.get("family")
+        self.directory = self.root / (f"{arch}-{family}-{digest}" if family else f"{arch}-{digest}")
 
     def get(self, entry: str) -> dict[str, Path] | None:
         """The files of a complete entry (name -> path, the manifest left out), or None: absent, or
