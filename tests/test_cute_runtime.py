@@ -139,6 +139,14 @@ def test_cute_obtain_refuses_a_build_for_another_arch(tmp_path, toy):
         cute_runtime.obtain(_store(tmp_path, "sm_100a"), "toy", lambda: toy)
 
 
+def test_cute_signature_of_a_loaded_function_is_the_runtime_arguments_only(tmp_path):
+    """rel_attn's argument list (8 tensors, 3 scalars, the env stream): the stream is not a
+    parameter of the loaded function, and its shape relations are checked by it."""
+    fn, _ = cute_runtime.obtain(_store(tmp_path), "wide", cute_toys.compile_rel_attn_shaped)
+    with pytest.raises(TypeError, match=r"Expects 11 parameters.*q: Tensor\(\[n0, n1, 128\], bfloat16\).*rel_logits: Tensor\(\[n0, n1, n8\]"):
+        fn(torch.ones(8), torch.empty(8))
+
+
 def test_cute_fingerprint_follows_cute_sources_and_dsl_versions(tmp_path):
     (tmp_path / "cute_fwd.py").write_text("x = 1\n")
     (tmp_path / "triton_fwd.py").write_text("y = 1\n")
@@ -182,16 +190,18 @@ def toy_on_device(tmp_path_factory):
 @needs_gpu
 @pytest.mark.parametrize("n", [1, 1000, 4099])
 def test_cute_toy_runs_on_torchs_current_stream(toy_on_device, n):
+    """On a side stream that is busy first: a launch anywhere else would run before the fill
+    that waits behind the sleep, and the NaNs would stay."""
     x = torch.randn(n, device="cuda")
-    out = torch.full_like(x, float("nan"))
+    out = torch.empty_like(x)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        torch.cuda._sleep(1_000_000)  # keeps the side stream busy: a launch elsewhere would run first
+        torch.cuda._sleep(2_000_000)
+        out.fill_(float("nan"))
         toy_on_device(x, out, 3.0)
-        expected = x * 3.0
     torch.cuda.current_stream().wait_stream(side)
-    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(out, x * 3.0, rtol=0, atol=0)
 
 
 @pytest.mark.gpu
@@ -219,3 +229,11 @@ def test_cute_toy_refuses_misaligned_and_mistyped_tensors(toy_on_device):
         toy_on_device(x[1:], torch.empty(64, device="cuda"), 1.0)  # 4-byte offset: not 16-aligned
     with pytest.raises((ValueError, TypeError, RuntimeError)):
         toy_on_device(x.half(), torch.empty(65, device="cuda", dtype=torch.half), 1.0)
+
+
+def test_cute_launch_probe_says_what_it_needs_without_a_gpu():
+    """The H200 probe (meta/tools/cute_launch_probe.py) imports and refuses cleanly here."""
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU the probe runs for real: python3 meta/tools/cute_launch_probe.py")
+    result = subprocess.run([sys.executable, str(ROOT / "meta" / "tools" / "cute_launch_probe.py")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "needs a CUDA device" in result.stdout, result.stderr[-2000:]
