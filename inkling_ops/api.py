@@ -6,8 +6,29 @@ from collections.abc import Sequence
 
 import torch
 
-from . import library  # noqa: F401  (registers torch.ops.inkling.*)
+from . import call_cache, library  # noqa: F401  (library registers torch.ops.inkling.*)
 from .validation import check_kinds
+
+
+_Tensor = torch.Tensor
+_compiling = torch.compiler.is_compiling
+_function_mode_on = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+def _direct_call_allowed() -> bool:
+    """Whether an eager call may skip the torch dispatcher and call the op's implementation
+    (``library``'s CPU / CUDA function, which both go through :mod:`inkling_ops.call_cache`):
+    only outside ``torch.compile`` / ``torch.export`` tracing, with no torch-function or
+    dispatch mode active (fake tensors, functionalization, debug modes all see the op) and the
+    profiler off (so the op shows in profiles under its name). The arguments are plain tensors
+    (checked by the caller). What is skipped is the dispatcher's own per-call cost; the result is
+    the same computation."""
+    return not (_compiling() or _function_mode_on() or _dispatch_modes() or _profiler_on())
+
+
+def _profiler_on() -> bool:
+    return torch.autograd.profiler._is_profiler_enabled
 
 
 def rel_attn(
@@ -47,6 +68,23 @@ def rel_attn(
     Equivalent PyTorch (one request, G = Hq // Hkv, d = q_abs[:, None] - arange(kv_len)):
     ``softmax(scale * q @ K.T + bias(d) + mask(d)) @ V`` with K, V repeated G times over heads.
     """
+    if softmax_scale is None and type(q) is _Tensor:
+        softmax_scale = 1.0 / q.shape[-1]
+    if (
+        type(q) is _Tensor and type(key_cache) is _Tensor and type(value_cache) is _Tensor
+        and type(block_table) is _Tensor and type(cache_seqlens) is _Tensor and type(cu_seqlens_q) is _Tensor
+        and type(rel_logits) is _Tensor and (out is None or type(out) is _Tensor)
+        and type(max_seqlen_q) is int and type(softmax_scale) is float and type(num_splits) is int
+        and (backend is None or type(backend) is str) and _direct_call_allowed()
+    ):  # fmt: skip
+        # the op's own implementation, called without the dispatcher (see _direct_call_allowed)
+        if out is None:
+            out = torch.zeros_like(q, memory_format=torch.contiguous_format)
+        call_cache.run_out(
+            q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
+            max_seqlen_q, softmax_scale, window_size, True, num_splits, backend, out,
+        )  # fmt: skip
+        return out
     args = (q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
     check_kinds(args, out, max_seqlen_q, softmax_scale, window_size, num_splits, backend)
     if softmax_scale is None:

@@ -14,9 +14,8 @@ from __future__ import annotations
 import torch
 from torch.library import Library
 
-from . import dispatch
-from .problem import RelAttnArgs
-from .validation import check_call, check_call_cached, check_inference_only
+from . import call_cache
+from .validation import check_call, check_inference_only
 
 _ARGS = (
     "Tensor q, Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor cache_seqlens, "
@@ -36,11 +35,10 @@ for _schema in SCHEMAS.values():
 
 def _validate(
     q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
-    max_seqlen_q, softmax_scale, window_size, causal, num_splits, out, check=check_call,
+    max_seqlen_q, softmax_scale, window_size, causal, num_splits, out,
 ):  # fmt: skip
-    """Section-5 argument checks, then the inference-only check; returns the call's static problem.
-    ``check``: :func:`check_call`, or its cached form for the real (non-fake) implementations."""
-    problem = check(
+    """Section-5 argument checks, then the inference-only check; returns the call's static problem."""
+    problem = check_call(
         q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
         max_seqlen_q, softmax_scale, window_size, causal, num_splits, out,
     )  # fmt: skip
@@ -52,26 +50,24 @@ def _rel_attn_out(
     q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
     *, max_seqlen_q, softmax_scale, window_size=(-1, -1), causal=True, num_splits=0, backend=None, out,
 ):  # fmt: skip
-    problem = _validate(
+    # validation, plan and launch of a repeated call come from one lookup (call_cache)
+    call_cache.run_out(
         q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
-        max_seqlen_q, softmax_scale, window_size, causal, num_splits, out, check_call_cached,
+        max_seqlen_q, softmax_scale, window_size, causal, num_splits, backend, out,
     )  # fmt: skip
-    args = RelAttnArgs(q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
-    dispatch.run(problem, backend, args, out)
 
 
 def _rel_attn(
     q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
     *, max_seqlen_q, softmax_scale, window_size=(-1, -1), causal=True, num_splits=0, backend=None,
 ):  # fmt: skip
-    problem = _validate(
-        q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
-        max_seqlen_q, softmax_scale, window_size, causal, num_splits, None, check_call_cached,
-    )  # fmt: skip
-    # Rows no request covers come back as zeros (the out variant leaves them untouched).
+    # Rows no request covers come back as zeros (the out variant leaves them untouched). The
+    # schema guarantees q is a tensor; a bad shape is reported by the checks after this.
     out = torch.zeros_like(q, memory_format=torch.contiguous_format)
-    args = RelAttnArgs(q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
-    dispatch.run(problem, backend, args, out)
+    call_cache.run_out(
+        q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
+        max_seqlen_q, softmax_scale, window_size, causal, num_splits, backend, out,
+    )  # fmt: skip
     return out
 
 

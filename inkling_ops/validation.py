@@ -260,44 +260,6 @@ def check_call(
     )
 
 
-#: check_call's problems by call signature (see check_call_cached)
-_VALIDATED: dict[tuple, RelAttnProblem] = {}
-#: signatures kept at most (a caller whose shapes never repeat would otherwise grow the table)
-MAX_VALIDATED = 4096
-
-
-def check_call_cached(
-    q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
-    max_seqlen_q, softmax_scale, window_size, causal, num_splits, out,
-) -> RelAttnProblem:  # fmt: skip
-    """:func:`check_call`, remembered per call signature: every fact ``check_call`` reads (each
-    tensor's shape, strides, dtype and device, and the scalars), so a repeated call costs building
-    that signature (~2-4 µs) instead of the checks (~10 µs). A call whose arguments are not all
-    tensors and plain scalars, or that fails, goes through ``check_call`` itself (and raises there).
-    For real tensors only: the fake implementations call ``check_call`` (symbolic shapes)."""
-    try:
-        signature = (
-            max_seqlen_q, softmax_scale, tuple(window_size), causal, num_splits,
-            *[(t.shape, t.stride(), t.dtype, t.device) for t in
-              (q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)],
-            None if out is None else (out.shape, out.stride(), out.dtype, out.device),
-            type(max_seqlen_q), type(softmax_scale), type(num_splits),  # 1 and 1.0 hash alike
-        )  # fmt: skip
-        problem = _VALIDATED.get(signature)
-    except (AttributeError, TypeError):  # not a tensor, an unhashable scalar: the checks say which
-        signature = problem = None
-    if problem is None:
-        problem = check_call(
-            q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
-            max_seqlen_q, softmax_scale, window_size, causal, num_splits, out,
-        )  # fmt: skip
-        if signature is not None:
-            if len(_VALIDATED) >= MAX_VALIDATED:
-                _VALIDATED.clear()
-            _VALIDATED[signature] = problem
-    return problem
-
-
 def check_inference_only(*tensors: torch.Tensor) -> None:
     """Raise if grad mode is on and an input requires grad: the op has no backward."""
     if torch.is_grad_enabled():

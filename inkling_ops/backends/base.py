@@ -48,6 +48,15 @@ class Backend(abc.ABC):
         """Write the result of a validated call (``problem``, its tensors ``args``) into ``out``,
         as ``plan`` (an :class:`inkling_ops.planning.Plan` of this backend) says."""
 
+    def prepare(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor):
+        """A launch of this call made ahead, for a caller that will repeat it on tensors with the
+        same shapes, strides, dtypes and device (another step, another layer): a callable
+        ``prepared(args, pointers, out)`` (``pointers``: the eight tensors' ``data_ptr()``, in
+        ``RelAttnArgs`` order then ``out``) that does what ``run(plan, problem, args, out)``
+        does, with the per-call work that depends only on that metadata done once here. None:
+        the backend has no such shortcut (the caller then calls :meth:`run`)."""
+        return None
+
     def compile(self, key: CompileKey) -> list:
         """Compile (or load from the persistent store) every kernel a call with ``key`` launches,
         without tensors and without launching; returns them. A backend with nothing to compile

@@ -227,6 +227,46 @@ class TritonBackend(Backend):
             return config, 4 * rows
         return config, 0
 
+    def prepare(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor):
+        """The call's launches bound to its shapes and strides (:class:`PreparedTritonCall`), on
+        CUDA tensors outside Triton's interpreter; None otherwise, and for a ``rel_logits`` whose
+        last dimension is strided (each call then copies it, in :meth:`run`)."""
+        if not args.q.is_cuda or _INTERPRETED or args.rel_logits.stride(2) != 1:
+            return None
+        _, fwd_module, combine_module = _kernel_modules()
+        device = args.q.get_device()
+        key = plan.key
+        entry = self._plans.get((key, device))
+        if entry is None:
+            entry = self._plan(key, device, problem)
+        config, launchers = entry
+        from ..kernels.triton_launch import BoundLaunch
+
+        num_tokens, num_heads, head_dim = problem.num_tokens, problem.num_heads, problem.head_dim
+        common = dict(max_seqlen_q=problem.max_seqlen_q, num_reqs=problem.num_reqs)
+        splits = key.num_splits
+
+        def bound_fwd(launcher, fwd_pass: int) -> BoundLaunch:
+            constexprs = launcher.constexprs
+            grid = fwd_module.fwd_grid(constexprs, num_splits=splits, **common)
+            strides = fwd_module.partial_strides(splits, fwd_pass, num_tokens, num_heads)
+            tail = fwd_module.fwd_args_tail(
+                args, out, softmax_scale=problem.softmax_scale, partial_strides=strides, constexprs=constexprs
+            )
+            return BoundLaunch(launcher, grid, tail)
+
+        rows = num_tokens * num_heads
+        if splits > 1:
+            grid, tail = combine_module.combine_launch(splits, num_tokens, num_heads, head_dim, problem.num_reqs, out.stride())
+            launches = (bound_fwd(launchers[0], 0), BoundLaunch(launchers[1], grid, tail))
+            return PreparedTritonCall(
+                device, splits * rows * (head_dim + 1), splits * rows * head_dim, launches, (_FWD_SLOTS["split"], _COMBINE_SLOTS)
+            )  # fmt: skip
+        if len(launchers) == 2:  # the two-pass prefill: its log-sum-exps are the whole workspace
+            launches = (bound_fwd(launchers[0], 1), bound_fwd(launchers[1], 2))
+            return PreparedTritonCall(device, rows, 0, launches, (_FWD_SLOTS["two_pass"],) * 2)
+        return PreparedTritonCall(device, 0, 0, (bound_fwd(launchers[0], 0),), (_FWD_SLOTS["single"],))
+
     def run(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor) -> None:
         """Run the call with the kernels of ``plan.key`` (computed with the call's layout,
         ``compile_keys.layout_of``). On CUDA tensors the kernels come from memory, the persistent
@@ -250,6 +290,44 @@ class TritonBackend(Backend):
             softmax_scale=problem.softmax_scale, window_left=problem.window_left,
             max_seqlen_q=problem.max_seqlen_q, num_splits=plan.num_splits, config=plan.launch,
         )  # fmt: skip
+
+
+class PreparedTritonCall:
+    """The launches of one repeated call on CUDA tensors (:meth:`TritonBackend.prepare`): the
+    grids and every argument after the pointers are fixed by the call's shapes and strides, so a
+    launch only passes the eight tensors' addresses, the workspace's and the current stream.
+    ``launches``: ``triton_launch.BoundLaunch`` objects in order; ``pointer_maps``: for each, the
+    slots of its leading pointers (0-7: the call's tensors in ``RelAttnArgs`` order then out,
+    8: the workspace, 9: the log-sum-exp part of the workspace)."""
+
+    __slots__ = ("device", "workspace_numel", "lse_offset", "launches", "pointer_maps")
+
+    def __init__(self, device: int, workspace_numel: int, lse_offset: int, launches: tuple, pointer_maps: tuple):
+        self.device, self.workspace_numel, self.lse_offset = device, workspace_numel, lse_offset
+        self.launches, self.pointer_maps = launches, pointer_maps
+
+    def __call__(self, args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:
+        workspace = None
+        if self.workspace_numel:
+            # through torch's allocator: under CUDA-graph capture it comes from the graph's pool
+            workspace = torch.empty(self.workspace_numel, dtype=torch.float32, device=args.q.device)
+            base = workspace.data_ptr()
+            pointers = pointers + (base, base + 4 * self.lse_offset)
+        stream = torch._C._cuda_getCurrentRawStream(self.device)
+        for launch, slots in zip(self.launches, self.pointer_maps):
+            launch(stream, tuple([pointers[i] for i in slots]))
+        del workspace  # freed on the stream it was used on: the allocator reuses it in stream order
+
+
+#: the forward kernel's ten leading pointers: q, K, V, rel_logits, block_table, cache_seqlens,
+#: cu_seqlens_q, out, part_out, part_lse (slots of PreparedTritonCall.pointer_maps)
+_FWD_SLOTS = {
+    "single": (0, 1, 2, 6, 3, 4, 5, 7, 7, 7),
+    "split": (0, 1, 2, 6, 3, 4, 5, 7, 8, 9),
+    "two_pass": (0, 1, 2, 6, 3, 4, 5, 7, 7, 8),
+}
+#: the combine's four: part_out, part_lse, out, cu_seqlens_q
+_COMBINE_SLOTS = (8, 9, 7, 5)
 
 
 def run_triton(

@@ -95,6 +95,20 @@ def combine_spec(*, num_splits: int, head_dim: int, dtype: str, aligned: bool, a
 _launchers: dict = {}
 
 
+def combine_launch(
+    num_splits: int, num_tokens: int, num_heads: int, head_dim: int, num_reqs: int, out_strides: tuple
+) -> tuple[tuple[int, int, int], tuple]:
+    """The combine's grid and its arguments after the four pointers (``part_out``, ``part_lse``,
+    ``out``, ``cu_seqlens_q``), for the contiguous (S, T, Hq, D) / (S, T, Hq) fp32 workspace."""
+    splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
+    grid = (num_tokens, num_heads, head_dim // block_d)
+    tail = (
+        num_reqs, num_tokens * num_heads, num_heads, 1, *out_strides[:2],
+        head_dim, num_splits, splits_pad, block_s, block_d,  # constexprs
+    )  # fmt: skip
+    return grid, tail
+
+
 def launch_rel_attn_combine(
     part_out: torch.Tensor,
     part_lse: torch.Tensor,
@@ -111,13 +125,8 @@ def launch_rel_attn_combine(
     tensors, compiled on first use (``kernel[grid]`` under Triton's interpreter).
     """
     num_splits, num_tokens, num_heads, head_dim = part_out.shape
-    splits_pad, block_s, block_d = combine_blocks(num_splits, head_dim)
-    grid = (num_tokens, num_heads, head_dim // block_d)
-    args = (
-        part_out, part_lse, out, cu_seqlens_q, cu_seqlens_q.shape[0] - 1,
-        *part_lse.stride(), *out.stride()[:2],
-        head_dim, num_splits, splits_pad, block_s, block_d,  # constexprs
-    )  # fmt: skip
+    grid, tail = combine_launch(num_splits, num_tokens, num_heads, head_dim, cu_seqlens_q.shape[0] - 1, out.stride())
+    args = (part_out, part_lse, out, cu_seqlens_q, *tail)
     if INTERPRETED:
         rel_attn_combine_kernel[grid](*args, num_warps=COMBINE_NUM_WARPS, num_stages=COMBINE_NUM_STAGES)
         return

@@ -620,21 +620,15 @@ def launch_rel_attn_fwd(
         )  # fmt: skip
     if num_splits > 1:
         p_out, p_lse = part_out, part_lse
-        p_strides = p_lse.stride()
     elif fwd_pass in (1, 2):
         p_out, p_lse = out, part_lse  # p_out unused
-        p_strides = (0, *p_lse.stride())
     else:
         p_out = p_lse = out  # unused
-        p_strides = (0, 0, 1)  # stride_ph is compiled as the constant 1
-    block_q = constexprs.BLOCK_M // constexprs.G_PAD
-    grid = ((max_seqlen_q + block_q - 1) // block_q, num_splits, cache_seqlens.shape[0] * num_kv_heads)
+    grid = fwd_grid(constexprs, max_seqlen_q=max_seqlen_q, num_splits=num_splits, num_reqs=cache_seqlens.shape[0])
     kernel_args = (
         q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out, p_out, p_lse,
-        softmax_scale * LOG2E, q.shape[0], num_blocks, block_table.shape[1],
-        *q.stride()[:2], *k_strides[:3], *v_strides[:3], *r_strides[:3], *out.stride()[:2], block_table.stride(0),
-        *p_strides,
-        *constexprs,  # in signature order
+        *fwd_args_tail(args, out, softmax_scale=softmax_scale, partial_strides=partial_strides(
+            num_splits, fwd_pass, q.shape[0], num_heads), constexprs=constexprs, strides=(k_strides, v_strides, r_strides)),
     )  # fmt: skip
     if INTERPRETED:
         rel_attn_fwd_kernel[grid](*kernel_args, num_warps=config.num_warps, num_stages=config.num_stages)
@@ -652,6 +646,40 @@ def launch_rel_attn_fwd(
         launcher = launcher_for(spec)
     launcher(grid, kernel_args)
     return launcher
+
+
+def fwd_grid(constexprs: FwdConstexprs, *, max_seqlen_q: int, num_splits: int, num_reqs: int) -> tuple[int, int, int]:
+    """The forward launch's grid: (query blocks of the longest request, splits, requests x KV heads)."""
+    block_q = constexprs.BLOCK_M // constexprs.G_PAD
+    return ((max_seqlen_q + block_q - 1) // block_q, num_splits, num_reqs * constexprs.NUM_KV_HEADS)
+
+
+def partial_strides(num_splits: int, fwd_pass: int, num_tokens: int, num_heads: int) -> tuple[int, int, int]:
+    """Strides of the fp32 log-sum-exp workspace the forward writes (its ``stride_ps, stride_pt,
+    stride_ph``), as allocated by the caller: (S, T, Hq) contiguous for a split launch, (T, Hq)
+    contiguous for the two-pass prefill, unused otherwise (stride_ph is compiled as the constant 1)."""
+    if num_splits > 1:
+        return (num_tokens * num_heads, num_heads, 1)
+    if fwd_pass in (1, 2):
+        return (0, num_heads, 1)
+    return (0, 0, 1)
+
+
+def fwd_args_tail(
+    args, out: torch.Tensor, *, softmax_scale: float, partial_strides: tuple, constexprs: FwdConstexprs, strides=None
+) -> tuple:
+    """The forward kernel's arguments after its ten pointers (``q`` ... ``part_lse_ptr``), in
+    signature order: the scalars, the strides, then the compile-time constants. They depend only
+    on the call's shapes and strides, so a caller that launches the same call again may keep them.
+    ``strides``: ``(key_cache.stride(), value_cache.stride(), rel_logits.stride())`` if known."""
+    q, key_cache, value_cache, rel_logits, block_table = args.q, args.key_cache, args.value_cache, args.rel_logits, args.block_table
+    k_strides, v_strides, r_strides = strides or (key_cache.stride(), value_cache.stride(), rel_logits.stride())
+    return (
+        softmax_scale * LOG2E, q.shape[0], key_cache.shape[0], block_table.shape[1],
+        *q.stride()[:2], *k_strides[:3], *v_strides[:3], *r_strides[:3], *out.stride()[:2], block_table.stride(0),
+        *partial_strides,
+        *constexprs,  # in signature order
+    )  # fmt: skip
 
 
 def _capability(device: torch.device) -> int:

@@ -224,3 +224,66 @@ class Launcher:
             self._function, self._packed = self.compiled.function, self.compiled.packed_metadata
         stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
         self._run(g0, g1, g2, stream, self._function, self._packed, None, None, None, *args)
+
+
+def _raw_launch(compiled):
+    """``(launch, kind)``: the C launch function under Triton's ``CompiledKernel.run`` and the
+    argument convention of the Triton version that built it, or ``(None, None)`` where the
+    variant needs per-launch scratch memory or the convention is not one we know (the caller
+    then launches through ``CompiledKernel.run``). Known: Triton 3.6 (``launch(grid, stream,
+    function, cooperative, pdl, global_scratch, profile_scratch, metadata, launch_metadata,
+    enter_hook, exit_hook, *args)``) and 3.9 (``launch(grid, stream, function, cooperative, pdl,
+    metadata, launch_metadata, enter_hook, exit_hook, global_scratch, profile_scratch,
+    annotations, signature, args)``)."""
+    import triton
+
+    runner = compiled.run
+    launch = getattr(runner, "launch", None)
+    if launch is None or getattr(runner, "gsan_enabled", False):
+        return None, None
+    if getattr(runner, "global_scratch_size", 1) or getattr(runner, "profile_scratch_size", 1):
+        return None, None
+    version = tuple(int(part) for part in triton.__version__.split(".")[:2])
+    if version == (3, 6) and not hasattr(runner, "arg_annotations"):
+        return launch, "3.6"
+    if version == (3, 9) and hasattr(runner, "arg_annotations") and hasattr(runner, "kernel_signature"):
+        return launch, "3.9"
+    return None, None
+
+
+class BoundLaunch:
+    """One compiled kernel bound to a grid and to its arguments after the leading pointers, for a
+    call that repeats: ``bound(stream, pointers)`` launches it with ``pointers`` (device addresses
+    as ints, or tensors) followed by the bound arguments, through Triton's C launcher directly
+    where the Triton version's convention is known (:func:`_raw_launch`), else through
+    :class:`Launcher`. A launch hook set for profilers is honoured (the launch then goes through
+    ``CompiledKernel[grid]``). Loads the kernel on the current device at its first launch."""
+
+    __slots__ = ("launcher", "grid", "tail", "_launch", "_kind", "_function", "_packed", "_runner")
+
+    def __init__(self, launcher: Launcher, grid: tuple, tail: tuple) -> None:
+        self.launcher, self.grid, self.tail = launcher, tuple(grid), tuple(tail)
+        self._launch = None
+
+    def _bind(self) -> None:
+        compiled = self.launcher.compiled
+        self._runner = compiled.run  # loads the module on the current device
+        self._function, self._packed = compiled.function, compiled.packed_metadata
+        self._launch, self._kind = _raw_launch(compiled)
+        if self._launch is None:
+            self._launch = False
+
+    def __call__(self, stream: int, pointers: tuple) -> None:
+        if self._launch is None:
+            self._bind()
+        g0, g1, g2 = self.grid
+        launch = self._launch
+        if launch is False or _runtime_knobs().launch_enter_hook is not None:
+            self.launcher(self.grid, pointers + self.tail)
+        elif self._kind == "3.6":
+            launch(g0, g1, g2, stream, self._function, self._runner.launch_cooperative_grid, self._runner.launch_pdl,
+                   None, None, self._packed, None, None, None, *pointers, *self.tail)  # fmt: skip
+        else:
+            runner = self._runner
+            launch(g0, g1, g2, stream, self._function, runner.launch_cooperative_grid, runner.launch_pdl, self._packed,
+                   None, None, None, None, None, runner.arg_annotations, runner.kernel_signature, pointers + self.tail)  # fmt: skip

@@ -11,11 +11,16 @@ the host back), all on one tiny decode in one process:
    probe namespace of their own;
 2. ``torch.ops.inkling.rel_attn_out`` with the chosen backend's ``run`` replaced by a no-op for
    the duration of that measurement only (``unittest.mock.patch.object`` on the backend
-   instance, restored on exit; the dispatcher's backend list is never changed): the cost of our
-   registration, validation and dispatch (recorded as ``rel_attn_out_null_backend_us``);
+   instance's ``run`` and ``prepare``, restored on exit, with the call cache emptied before and
+   after; the dispatcher's backend list is never changed): the cost of our registration and the
+   call cache's lookup (recorded as ``rel_attn_out_null_backend_us``);
 3. ``rel_attn_out`` on the default backend (on CUDA: the Triton kernels);
-4. the vLLM-compatible entry point ``inkling_ops.inkling_fa4_rel_attention`` on the same call;
-5. ``F.scaled_dot_product_attention`` on the same decode (dense K/V, no bias), for scale.
+4. the vLLM-compatible entry point ``inkling_ops.inkling_fa4_rel_attention`` on the same call,
+   and the public API ``inkling_ops.rel_attn(..., out=)`` (``api_out_us``: outside tracing it
+   calls the op's implementation without the dispatcher);
+5. ``rel_attn_out`` and the API with ``num_splits=1``: the call then launches one kernel
+   (``*_one_launch_us``);
+6. ``F.scaled_dot_product_attention`` on the same decode (dense K/V, no bias), for scale.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from lab import REPO_ROOT, benchmark_module  # noqa: E402  (puts this checkout's
 import torch  # noqa: E402
 
 import inkling_ops  # noqa: E402
-from inkling_ops import dispatch  # noqa: E402
+from inkling_ops import call_cache, dispatch  # noqa: E402
 from inkling_ops.testing import make_case  # noqa: E402
 from inkling_ops.validation import check_call  # noqa: E402
 
@@ -58,8 +63,16 @@ def backend_without_kernels(args: tuple, options: dict):
     """
     problem = check_call(*args, options["max_seqlen_q"], options["softmax_scale"], options["window_size"], True, 0, options["out"])
     backend, _plan = dispatch.plan_call(problem, args[0].device, None)
-    with mock.patch.object(backend, "run", lambda *a, **k: None):
-        yield backend.name
+    # the call cache keeps each call's prepared launch: start and end without entries, so the
+    # patched backend's no-op launch is the one the measured calls reuse
+    call_cache.clear()
+    try:
+        with mock.patch.object(backend, "run", lambda *a, **k: None), mock.patch.object(
+            backend, "prepare", lambda *a, **k: (lambda *a, **k: None)
+        ):
+            yield backend.name
+    finally:
+        call_cache.clear()
 
 
 def _per_call_us(fn, calls: int = 2000, batches: int = 7, device: str = "cpu") -> float:
@@ -138,6 +151,19 @@ def measure(device: str, calls: int = 2000) -> dict:
         results["rel_attn_out_default_backend_us"] = _per_call_us(lambda: op(*args, **options), calls=heavy, device=device)
         results["vllm_entry_point_us"] = _per_call_us(
             lambda: inkling_ops.inkling_fa4_rel_attention(case.q, case.key_cache, case.value_cache, **vllm_kwargs),
+            calls=heavy, device=device,
+        )  # fmt: skip
+        # The public API on the same call (outside tracing it calls the implementation without the
+        # dispatcher), and both entry points on a call that launches one kernel (num_splits=1: no
+        # workspace, no combine).
+        api_kwargs = {k: v for k, v in vllm_kwargs.items() if k not in ("causal", "rel_extent")}
+        results["api_out_us"] = _per_call_us(
+            lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs), calls=heavy, device=device
+        )
+        one = dict(options, num_splits=1)
+        results["rel_attn_out_one_launch_us"] = _per_call_us(lambda: op(*args, **one), calls=heavy, device=device)
+        results["api_out_one_launch_us"] = _per_call_us(
+            lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs, num_splits=1),
             calls=heavy, device=device,
         )  # fmt: skip
         results["sdpa_us"] = _per_call_us(lambda: sdpa(q_dense, k_dense, v_dense, scale=case.softmax_scale, enable_gqa=True), calls=calls, device=device)

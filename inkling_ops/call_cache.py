@@ -1,0 +1,157 @@
+"""The eager hot path: a repeated call found from its metadata in one lookup.
+
+A serving engine calls the op with the same shapes many times (every layer of a step, and the
+same token counts step after step). The first call of a signature is validated
+(:func:`inkling_ops.validation.check_call`), planned (:func:`inkling_ops.dispatch.plan_call`)
+and prepared by its backend (``Backend.prepare``: for Triton, the launches bound to the call's
+shapes and strides); the result is kept, and a later call whose tensors have the same shapes,
+strides, dtypes, devices (and autograd state) and whose scalars are equal reuses it, so it
+costs the lookup, the tensors' addresses and the launches.
+
+The lookup has two levels: a dictionary on the cheap facts (q's shape, the scalar arguments,
+whether the eight data pointers are 16-byte aligned), then, among the few entries found there,
+a check of every tensor's metadata done in C by the tensor guards ``torch.compile`` uses for
+its own caches (``torch._C._dynamo.guards.TensorGuards``: dtype, device, dispatch keys,
+requires_grad, sizes and strides). Where that class is missing, a Python signature of the same
+facts is compared instead. A call whose tensor metadata differs in anything the checks read
+is validated again, so bad input always gets its error.
+
+Safe under CUDA-graph capture: nothing here reads device memory or synchronizes; checked mode
+(:mod:`inkling_ops.checked`) still checks every call's device metadata.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from . import checked, dispatch, planning
+from .compile_keys import STANDARD_LAYOUT, layout_of
+from .problem import RelAttnArgs, RelAttnProblem
+from .validation import check_call, check_inference_only
+
+try:  # torch.compile's C++ tensor guards (present in every torch this package supports)
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:  # pragma: no cover - depends on the torch build
+    _TensorGuards = None
+
+#: entries kept at most, over all lookup keys (a caller whose shapes never repeat would otherwise
+#: grow the table without bound)
+MAX_ENTRIES = 4096
+#: entries kept per lookup key (tensor layouts seen with the same q shape and scalars)
+MAX_PER_KEY = 8
+
+
+class _PythonGuards:
+    """The fallback of ``TensorGuards``: the same facts, compared as a Python tuple."""
+
+    __slots__ = ("signature",)
+
+    def __init__(self, *tensors: torch.Tensor) -> None:
+        self.signature = self._of(tensors)
+
+    @staticmethod
+    def _of(tensors) -> tuple:
+        return tuple((t.shape, t.stride(), t.dtype, t.device, t.requires_grad) for t in tensors)
+
+    def check(self, *tensors: torch.Tensor) -> bool:
+        return self._of(tensors) == self.signature
+
+
+def _guards(tensors: tuple):
+    if _TensorGuards is None:
+        return _PythonGuards(*tensors)
+    sizes = [list(t.shape) for t in tensors]
+    strides = [list(t.stride()) for t in tensors]
+    return _TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
+
+
+class Entry(NamedTuple):
+    """One call signature's validated problem, chosen backend and plan, and the backend's
+    prepared launch (None: the call goes through ``backend.run``)."""
+
+    guards: object
+    problem: RelAttnProblem
+    backend: object
+    plan: object
+    prepared: object
+
+
+_ENTRIES: dict[tuple, list[Entry]] = {}
+_count = 0
+
+
+def clear() -> None:
+    """Forget every entry (the backend list changed, or a test wants a cold start)."""
+    global _count
+    _ENTRIES.clear()
+    _count = 0
+
+
+planning._ON_CHANGE.append(clear)  # a new backend may change which backend an entry names
+
+
+def _new_entry(lookup, tensors, max_seqlen_q, softmax_scale, window_size, causal, num_splits, requested) -> Entry:
+    global _count
+    q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits, out = tensors
+    problem = check_call(
+        q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
+        max_seqlen_q, softmax_scale, window_size, causal, num_splits, out,
+    )  # fmt: skip
+    args = RelAttnArgs(*tensors[:7])
+    layout = layout_of(args, out) if q.is_cuda else STANDARD_LAYOUT
+    backend, plan = dispatch.plan_call(problem, q.device, requested, layout)
+    prepared = backend.prepare(plan, problem, args, out) if problem.num_tokens and problem.num_reqs else None
+    entry = Entry(_guards(tensors), problem, backend, plan, prepared)
+    if lookup is not None:
+        if _count >= MAX_ENTRIES:
+            clear()
+        bucket = _ENTRIES.setdefault(lookup, [])
+        if len(bucket) >= MAX_PER_KEY:
+            _count -= len(bucket)
+            bucket.clear()
+        bucket.append(entry)
+        _count += 1
+    return entry
+
+
+def run_out(
+    q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
+    max_seqlen_q, softmax_scale, window_size, causal, num_splits, requested, out,
+) -> None:  # fmt: skip
+    """Validate (or recognise), plan and run one call of ``rel_attn_out`` on real tensors,
+    writing ``out``. Raises the validation's ``ValueError`` / ``TypeError`` for bad input."""
+    tensors = (q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits, out)
+    entry = None
+    try:
+        pointers = tuple([t.data_ptr() for t in tensors])
+        bits = 0
+        for p in pointers:
+            bits |= p
+        lookup = (
+            q.shape, max_seqlen_q, softmax_scale, *window_size, causal, num_splits, requested, not bits & 15,
+            type(max_seqlen_q), type(softmax_scale), type(num_splits),  # 1 and 1.0 hash alike
+        )  # fmt: skip
+        for candidate in _ENTRIES.get(lookup, ()):
+            if candidate.guards.check(*tensors):
+                entry = candidate
+                break
+    except (AttributeError, TypeError, RuntimeError):  # not a tensor, an unhashable scalar: the checks say which
+        lookup = pointers = None
+    if entry is None:
+        entry = _new_entry(lookup, tensors, max_seqlen_q, softmax_scale, window_size, causal, num_splits, requested)
+        if pointers is None:
+            pointers = tuple([t.data_ptr() for t in tensors])
+    if torch.is_grad_enabled():
+        check_inference_only(q, key_cache, value_cache, rel_logits)
+    problem = entry.problem
+    args = RelAttnArgs(q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
+    if checked.is_checked_mode():
+        checked.check_device_values(problem, block_table, cache_seqlens, cu_seqlens_q)
+    if problem.num_tokens == 0 or problem.num_reqs == 0:
+        return
+    if entry.prepared is not None:
+        entry.prepared(args, pointers, out)
+    else:
+        entry.backend.run(entry.plan, problem, args, out)

@@ -1,0 +1,140 @@
+"""The real implementations' call cache (inkling_ops.call_cache): a repeated call skips the checks
+and the planning, and any change of what the checks read runs them again (so bad input still
+raises)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+import inkling_ops
+from inkling_ops import call_cache, validation
+from inkling_ops.testing import make_case
+
+
+def _call(case, **overrides):
+    args = dict(zip(("q", "key_cache", "value_cache"), case.args())) | case.kwargs() | overrides
+    q, k, v = args.pop("q"), args.pop("key_cache"), args.pop("value_cache")
+    return inkling_ops.rel_attn(q, k, v, **args)
+
+
+def _count_checks(monkeypatch) -> list:
+    calls = []
+    real = call_cache.check_call
+    monkeypatch.setattr(call_cache, "check_call", lambda *a: calls.append(a) or real(*a))
+    return calls
+
+
+def test_a_repeated_call_skips_the_checks(monkeypatch):
+    case = make_case(q_lens=[3, 1], kv_lens=[20, 9])
+    expected = _call(case)  # fills the cache
+    calls = _count_checks(monkeypatch)
+    torch.testing.assert_close(_call(case), expected, rtol=0, atol=0)
+    assert calls == []
+    _call(case, max_seqlen_q=4)  # another scalar: checked again
+    assert len(calls) == 1
+
+
+def test_new_tensors_with_the_same_metadata_reuse_the_entry(monkeypatch):
+    case = make_case(q_lens=[3, 1], kv_lens=[20, 9])
+    first = _call(case)
+    calls = _count_checks(monkeypatch)
+    fresh = dict(q=case.q.clone() * 2, rel_logits=case.rel_logits.clone() * 3)
+    got = _call(case, **fresh)
+    assert calls == []
+    assert not torch.allclose(got, first)  # the new tensors' values were used, not the old ones
+    call_cache.clear()
+    torch.testing.assert_close(got, _call(case, **fresh), rtol=0, atol=0)  # same as a cold call
+    assert len(calls) == 1
+
+
+def test_a_transposed_view_with_the_same_shape_is_checked_again(monkeypatch):
+    case = make_case(q_lens=[3, 1], kv_lens=[20, 9])
+    _call(case)
+    calls = _count_checks(monkeypatch)
+    t, h, d = case.q.shape
+    q_strided = case.q.transpose(0, 1).contiguous().transpose(0, 1)  # same shape, other strides
+    assert q_strided.shape == case.q.shape and q_strided.stride() != case.q.stride()
+    _call(case, q=q_strided)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda c: dict(rel_logits=c.rel_logits.double()), "argument 'rel_logits' is of dtype torch.float64"),
+        (lambda c: dict(rel_logits=c.rel_logits[:, :, :-1]), None),  # E - 1: still valid, a new problem
+        (lambda c: dict(block_table=c.block_table.long()), "argument 'block_table' is of dtype torch.int64"),
+        (lambda c: dict(softmax_scale=float("nan")), "argument 'softmax_scale' is nan"),
+        (lambda c: dict(window_size=(5, 1)), "argument 'window_size' is \\(5, 1\\)"),
+        (lambda c: dict(max_seqlen_q=0), "argument 'max_seqlen_q' is 0"),
+        (lambda c: dict(cache_seqlens=c.cache_seqlens[:1]), "argument 'cu_seqlens_q' is of shape \\(3,\\)"),
+    ],
+)
+def test_bad_input_after_a_cached_good_call_still_raises(change, match):
+    case = make_case(q_lens=[3, 1], kv_lens=[20, 9])
+    _call(case)
+    _call(case)
+    if match is None:
+        out = _call(case, **change(case))
+        assert out.shape == case.q.shape
+        return
+    with pytest.raises((ValueError, TypeError), match=match):
+        _call(case, **change(case))
+
+
+def test_grad_mode_is_checked_on_every_call():
+    case = make_case(q_lens=[2], kv_lens=[5])
+    _call(case)
+    q = case.q.clone().requires_grad_(True)
+    with pytest.raises(RuntimeError, match="inference-only"):
+        _call(case, q=q)
+    with torch.no_grad():
+        _call(case, q=q)
+
+
+def test_the_table_is_bounded(monkeypatch):
+    monkeypatch.setattr(call_cache, "MAX_ENTRIES", 3)
+    call_cache.clear()
+    for e in range(2, 9):
+        case = make_case(q_lens=[2], kv_lens=[5], rel_extent=e)
+        _call(case)
+    assert sum(len(v) for v in call_cache._ENTRIES.values()) <= 3
+
+
+def test_validation_errors_name_the_argument_without_a_cache_entry():
+    case = make_case(q_lens=[2], kv_lens=[5])
+    with pytest.raises(TypeError, match="argument 'max_seqlen_q' must be an int"):
+        validation.check_call(*case.args(), case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+                              case.rel_logits, 2.5, 1.0, (-1, -1), True, 0, None)  # fmt: skip
+
+
+class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("with_out", [False, True])
+def test_eager_api_calls_skip_the_dispatcher_but_modes_and_the_profiler_see_the_op(with_out, monkeypatch):
+    case = make_case(q_lens=[3, 1], kv_lens=[20, 9])
+    out = torch.empty_like(case.q) if with_out else None
+    direct = []
+    real = call_cache.run_out
+    monkeypatch.setattr(call_cache, "run_out", lambda *a: direct.append(sys._getframe(1).f_code.co_name) or real(*a))
+    expected = _call(case, out=out)
+    assert direct == ["rel_attn"]  # plain eager: called by the API itself, not the op's registered function
+    op = "inkling.rel_attn_out.default" if with_out else "inkling.rel_attn.default"
+    with _Recorder() as mode:
+        got = _call(case, out=None if out is None else torch.empty_like(out))
+    assert op in mode.ops
+    with torch.profiler.profile() as prof:
+        _call(case, out=None if out is None else torch.empty_like(out))
+    assert any(e.name == op.removesuffix(".default").replace(".", "::") for e in prof.events())
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
