@@ -6,7 +6,7 @@ One CTA computes one M tile of packed query rows of one request and one KV head:
 Two warpgroups each own 64 of the tile's 128 rows; both multiply with ``wgmma``:
 ``S = Q K^T`` with Q and K in shared memory, ``O += P V`` with P straight from registers.
 
-Per CTA the key tiles that hold visible keys (causal, and ``d <= window_left`` when windowed)
+Per CTA the key tiles that hold visible keys (causal, and ``d <= window`` for a sliding layer)
 are computed up front and walked from the diagonal downwards; nothing else is loaded. The key
 tiles split into *band* tiles (a diagonal, window-edge or bias tile: some element is masked or
 has ``0 <= d < E``) and *plain* tiles (every element visible and ``d >= E``). Plain tiles run
@@ -26,7 +26,8 @@ q, out (T, Hq, D); key_cache, value_cache (num_blocks, page_size, Hkv, D); block
 (B, max_blocks) int32; cache_seqlens (B,) int32; cu_seqlens_q (B + 1,) int32; rel_logits (T, Hq, E).
 
 Equivalent PyTorch: ``inkling_ops.reference.rel_attn_reference(q, key_cache, value_cache,
-block_table, cache_seqlens, cu_seqlens_q, rel_logits, softmax_scale=..., window_left=...)``.
+block_table, cache_seqlens, cu_seqlens_q, rel_logits, out, softmax_scale=..., window_left=...)``
+(window -1 for none), which writes ``out``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as hopper
 from cutlass import Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
-from cutlass.utils import LayoutEnum
+from cutlass.tensor_utils import LayoutEnum
 
 LOG2_E = math.log2(math.e)
 #: elements of one 16-byte copy (16-bit types)
@@ -53,8 +54,6 @@ class CuteFwdConfig:
     dtype: str  # "bfloat16" or "float16"
     head_dim: int
     q_per_kv: int
-    page_size: int
-    windowed: bool
     tile_m: int = 128
     tile_n: int = 128
 
@@ -118,8 +117,6 @@ class RelAttnFwdSm90:
         self.dtype = _cutlass_dtype(config.dtype)
         self.tile_m, self.tile_n, self.head_dim = config.tile_m, config.tile_n, config.head_dim
         self.group = config.q_per_kv
-        self.page_size = config.page_size
-        self.windowed = config.windowed
         self.num_threads = config.num_threads
         self.bias_width = config.bias_width
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
@@ -150,16 +147,16 @@ class RelAttnFwdSm90:
         mCuSeqlensQ: cute.Tensor,
         mRel: cute.Tensor,
         softmax_scale: Float32,
-        window_left: Int32,
+        window: Int32,
         max_seqlen_q: Int32,
         stream,
     ):
         tiled_mma_qk = hopper.make_trivial_tiled_mma(
-            self.dtype, self.dtype, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K, Float32,
+            self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
             atom_layout_mnk=(self.tile_m // 64, 1, 1), tiler_mn=(64, self.tile_n),
         )  # fmt: skip
         tiled_mma_pv = hopper.make_trivial_tiled_mma(
-            self.dtype, self.dtype, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN, Float32,
+            self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.MN, Float32,
             atom_layout_mnk=(self.tile_m // 64, 1, 1), tiler_mn=(64, self.head_dim),
             a_source=warpgroup.OperandSource.RMEM,
         )  # fmt: skip
@@ -185,7 +182,7 @@ class RelAttnFwdSm90:
         grid_m = (max_seqlen_q * self.group + self.tile_m - 1) // self.tile_m
         scale_log2 = softmax_scale * LOG2_E
         self.kernel(
-            mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window_left,
+            mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window,
             sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, tiled_copy, copy_atom, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, num_reqs], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
@@ -205,7 +202,7 @@ class RelAttnFwdSm90:
         mCuSeqlensQ: cute.Tensor,
         mRel: cute.Tensor,
         scale_log2: Float32,
-        window_left: Int32,
+        window: Int32,
         sQ_layout: cute.ComposedLayout,
         sKV_layout: cute.ComposedLayout,
         sB_layout: cute.Layout,
@@ -220,15 +217,19 @@ class RelAttnFwdSm90:
         m_rev, kv_head, req = cute.arch.block_idx()
 
         q_start = mCuSeqlensQ[req]
-        q_len = mCuSeqlensQ[req + 1] - q_start
+        # rows of this request that exist in q (all of them unless cu_seqlens_q is malformed)
+        q_len = cutlass.min(mCuSeqlensQ[req + 1] - q_start, mQ.shape[0] - q_start)
+        if q_start < 0:
+            q_len = 0
         # never address past the block table, whatever the lengths say
-        capacity = mBlockTable.shape[1] * self.page_size
+        page_size = mK.shape[1]
+        capacity = mBlockTable.shape[1] * page_size
         kv_len = cutlass.min(mSeqlens[req], capacity)
         num_m = (q_len * G + tile_m - 1) // tile_m
         if m_rev < num_m:
             # the last M tile of a request (most keys under causality) gets the lowest block index
             m_block = num_m - 1 - m_rev
-            smem = cutlass.utils.SmemAllocator()
+            smem = cutlass.memory.SmemAllocator()
             storage = smem.allocate(SharedStorage)
             sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
             sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
@@ -248,11 +249,8 @@ class RelAttnFwdSm90:
             rel_extent = mRel.shape[2]
             n_end = cutlass.min((qa_hi + 1 + tile_n - 1) // tile_n, (kv_len + tile_n - 1) // tile_n)
             n_end = cutlass.max(n_end, 0)
-            n_begin = Int32(0)
-            plain_lo = Int32(0)
-            if const_expr(self.windowed):
-                n_begin = cutlass.max(qa_lo - window_left, 0) // tile_n
-                plain_lo = (cutlass.max(qa_hi - window_left, 0) + tile_n - 1) // tile_n
+            n_begin = cutlass.max(qa_lo - window, 0) // tile_n
+            plain_lo = (cutlass.max(qa_hi - window, 0) + tile_n - 1) // tile_n
             # plain tiles: every d >= E (so no bias, and visible under causality), inside the window
             plain_hi = cutlass.min(cutlass.max(qa_lo - rel_extent + 1, 0) // tile_n, n_end)
             plain_lo = cutlass.max(plain_lo, n_begin)
@@ -307,7 +305,7 @@ class RelAttnFwdSm90:
 
             n_tiles = cutlass.max(n_end - n_begin, 0)
             if n_tiles > 0:
-                self._load_kv(mK, mV, sK, sV, block_row, num_blocks, kv_head, kv_len, n_end - 1, 0,
+                self._load_kv(mK, mV, sK, sV, block_row, num_blocks, page_size, kv_head, kv_len, n_end - 1, 0,
                               thr_copy, tTcT, copy_atom)  # fmt: skip
             cute.arch.cp_async_commit_group()
 
@@ -326,7 +324,7 @@ class RelAttnFwdSm90:
                                     copy_atom)  # fmt: skip
                 cute.arch.cp_async_commit_group()
                 if it + 1 < n_tiles:
-                    self._load_kv(mK, mV, sK, sV, block_row, num_blocks, kv_head, kv_len, n - 1, 1 - stage,
+                    self._load_kv(mK, mV, sK, sV, block_row, num_blocks, page_size, kv_head, kv_len, n - 1, 1 - stage,
                                   thr_copy, tTcT, copy_atom)  # fmt: skip
                 cute.arch.cp_async_commit_group()
 
@@ -355,9 +353,7 @@ class RelAttnFwdSm90:
                             if in_band:
                                 if d < rel_extent:
                                     s = s + sB[r, base - c].to(Float32) * LOG2_E
-                            visible = d >= 0 and n0 + c < kv_len
-                            if const_expr(self.windowed):
-                                visible = visible and d <= window_left
+                            visible = d >= 0 and d <= window and n0 + c < kv_len
                             acc_S_mn[i, j] = s if visible else -Float32.inf
                     self._softmax_step(acc_S_mn, acc_O_mn, row_max, row_sum, Float32(1.0))
 
@@ -397,7 +393,7 @@ class RelAttnFwdSm90:
         return cute.make_tensor(ptr, like.layout)
 
     @cute.jit
-    def _load_kv(self, mK, mV, sK, sV, block_row, num_blocks, kv_head, kv_len, n, stage, thr_copy, tTcT,
+    def _load_kv(self, mK, mV, sK, sV, block_row, num_blocks, page_size, kv_head, kv_len, n, stage, thr_copy, tTcT,
                  copy_atom):  # fmt: skip
         """cp.async the K and V rows of key tile ``n`` into ``stage``; rows past ``kv_len`` (or on
         a block id outside the cache) are zero-filled."""
@@ -409,9 +405,9 @@ class RelAttnFwdSm90:
             page = Int32(0)
             valid = j < kv_len
             if valid:
-                page = block_row[j // self.page_size]
+                page = block_row[j // page_size]
             valid = valid and page >= 0 and page < num_blocks
-            slot = j % self.page_size
+            slot = j % page_size
             dk = tKsK[None, m, 0]
             dv = tVsV[None, m, 0]
             if valid:
@@ -488,7 +484,8 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi"):
     compiled function (with TVM-FFI: callable with torch tensors, on torch's current stream).
 
     Call signature of the result: ``(q, key_cache, value_cache, out, block_table, cache_seqlens,
-    cu_seqlens_q, rel_logits, softmax_scale: float, window_left: int, max_seqlen_q: int)``.
+    cu_seqlens_q, rel_logits, softmax_scale: float, window: int, max_seqlen_q: int)``; ``window``:
+    keys at distance ``d <= window`` are visible (a huge value, e.g. ``2**30``, for no window).
     """
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
@@ -501,7 +498,7 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi"):
     tokens, heads, kv_heads, blocks, reqs = sym(), sym(), sym(), sym(), sym()
     q = make_fake_tensor(dtype, (tokens, heads, D), (sym(8, True), sym(8), 1), assumed_align=16)
     o = make_fake_tensor(dtype, (tokens, heads, D), (sym(8, True), sym(8), 1), assumed_align=16)
-    kv_shape = (blocks, config.page_size, kv_heads, D)
+    kv_shape = (blocks, sym(), kv_heads, D)
     k = make_fake_tensor(dtype, kv_shape, (sym(8, True), sym(8, True), sym(8), 1), assumed_align=16)
     v = make_fake_tensor(dtype, kv_shape, (sym(8, True), sym(8, True), sym(8), 1), assumed_align=16)
     table = make_fake_tensor(Int32, (reqs, sym()), (sym(), 1), assumed_align=4)
