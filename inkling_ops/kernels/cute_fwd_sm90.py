@@ -216,15 +216,14 @@ class RelAttnFwdSm90:
         tidx, _, _ = cute.arch.thread_idx()
         m_rev, kv_head, req = cute.arch.block_idx()
 
-        q_start = mCuSeqlensQ[req]
-        # rows of this request that exist in q (all of them unless cu_seqlens_q is malformed)
-        q_len = cutlass.min(mCuSeqlensQ[req + 1] - q_start, mQ.shape[0] - q_start)
-        if q_start < 0:
-            q_len = 0
-        # never address past the block table, whatever the lengths say
+        # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
+        num_tokens = mQ.shape[0]
+        q_start = cutlass.min(cutlass.max(mCuSeqlensQ[req], 0), num_tokens)
+        q_end = cutlass.min(cutlass.max(mCuSeqlensQ[req + 1], q_start), num_tokens)
+        q_len = q_end - q_start
         page_size = mK.shape[1]
         capacity = mBlockTable.shape[1] * page_size
-        kv_len = cutlass.min(mSeqlens[req], capacity)
+        kv_len = cutlass.min(cutlass.max(mSeqlens[req], 0), capacity)
         num_m = (q_len * G + tile_m - 1) // tile_m
         if m_rev < num_m:
             # the last M tile of a request (most keys under causality) gets the lowest block index
@@ -349,10 +348,9 @@ class RelAttnFwdSm90:
                         for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                             c = tScS_mn[0, j][1]
                             d = qa - n0 - c
-                            s = acc_S_mn[i, j] * scale_log2
-                            if in_band:
-                                if d < rel_extent:
-                                    s = s + sB[r, base - c].to(Float32) * LOG2_E
+                            # always in bounds of the staged slice; unstaged distances are selected away
+                            bias = sB[r, base - c].to(Float32) * LOG2_E
+                            s = acc_S_mn[i, j] * scale_log2 + cutlass.select_(d < rel_extent, bias, Float32(0.0))
                             visible = d >= 0 and d <= window and n0 + c < kv_len
                             acc_S_mn[i, j] = s if visible else -Float32.inf
                     self._softmax_step(acc_S_mn, acc_O_mn, row_max, row_sum, Float32(1.0))
@@ -395,8 +393,8 @@ class RelAttnFwdSm90:
     @cute.jit
     def _load_kv(self, mK, mV, sK, sV, block_row, num_blocks, page_size, kv_head, kv_len, n, stage, thr_copy, tTcT,
                  copy_atom):  # fmt: skip
-        """cp.async the K and V rows of key tile ``n`` into ``stage``; rows past ``kv_len`` (or on
-        a block id outside the cache) are zero-filled."""
+        """cp.async the K and V rows of key tile ``n`` into ``stage``; rows past ``kv_len`` are
+        zero-filled; page ids are clamped into the cache, as inkling_ops/metadata.py says."""
         tKsK = thr_copy.partition_D(sK[None, None, stage])
         tVsV = thr_copy.partition_D(sV[None, None, stage])
         for m in cutlass.range_constexpr(cute.size(tKsK, mode=[1])):
@@ -405,8 +403,7 @@ class RelAttnFwdSm90:
             page = Int32(0)
             valid = j < kv_len
             if valid:
-                page = block_row[j // page_size]
-            valid = valid and page >= 0 and page < num_blocks
+                page = cutlass.min(cutlass.max(block_row[j // page_size], 0), num_blocks - 1)
             slot = j % page_size
             dk = tKsK[None, m, 0]
             dv = tVsV[None, m, 0]
