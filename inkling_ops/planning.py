@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .backends.base import Backend
+from .backends.cute_backend import CuteBackend
 from .backends.reference import ReferenceBackend
 from .backends.triton_backend import TritonBackend
 from .compile_keys import STANDARD_LAYOUT, CompileKey, DeviceFacts, KVLayout, compile_key, split_count
@@ -41,7 +42,7 @@ class Plan:
 
 
 #: Backends by priority, highest first. Kernel backends go ahead of the reference.
-_BACKENDS: list[Backend] = [TritonBackend(), ReferenceBackend()]
+_BACKENDS: list[Backend] = [TritonBackend(), CuteBackend(), ReferenceBackend()]
 #: functions called when the list changes (the dispatcher drops its cached plans)
 _ON_CHANGE: list = []
 

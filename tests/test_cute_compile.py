@@ -1,0 +1,123 @@
+"""The CuTe DSL backend's kernel compiles for sm_90a on a machine without a GPU.
+
+Each test compiles through the backend's own compile function (fake tensors, ``--gpu-arch``
+from the compile key), keeps the PTX and checks the Hopper instructions are in it: warpgroup
+MMAs for both GEMMs, the 16-byte ``cp.async`` gather of K/V and of the staged bias, and the
+absence of spilled registers (``.local`` memory). The DSL's own ``CUTE_DSL_KEEP`` /
+``CUTE_DSL_DUMP_DIR`` are honoured when set; otherwise the PTX goes to a temporary directory.
+Skips without nvidia-cutlass-dsl. Compiles take ~5-15 s each on 2 cores: one per test, the
+wider set marked slow.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("cutlass")
+pytest.importorskip("tvm_ffi")
+
+from inkling_ops import planning  # noqa: E402
+from inkling_ops.backends import cute_backend  # noqa: E402
+from inkling_ops.compile_keys import DeviceFacts  # noqa: E402
+from inkling_ops.problem import RelAttnProblem  # noqa: E402
+
+HOPPER = DeviceFacts(arch="sm_90a", num_sms=132)
+
+
+def _problem(*, dtype=torch.bfloat16, heads=8, kv_heads=1, page=16, extent=1024, window=-1) -> RelAttnProblem:
+    return RelAttnProblem(
+        num_tokens=4096, num_heads=heads, num_kv_heads=kv_heads, head_dim=128, rel_extent=extent, num_reqs=2,
+        page_size=page, num_blocks=4096, max_blocks_per_seq=8192 // page, max_seqlen_q=4096,
+        softmax_scale=1 / 128, window_left=window, causal=True, num_splits=0, dtype=dtype, kv_dtype=dtype,
+        device_type="cuda",
+    )  # fmt: skip
+
+
+def _ptx_dir(tmp_path) -> tuple[str, str]:
+    """(dump directory, extra compile options): the user's CUTE_DSL_DUMP_DIR when CUTE_DSL_KEEP
+    asks for PTX (the DSL writes it there itself), else ``tmp_path``."""
+    keep = os.environ.get("CUTE_DSL_KEEP", "")
+    if "ptx" in keep or keep == "all":
+        return os.environ.get("CUTE_DSL_DUMP_DIR", os.getcwd()), ""
+    return str(tmp_path), f"--keep-ptx --dump-dir {tmp_path}"
+
+
+def _compile_ptx(problem: RelAttnProblem, tmp_path) -> str:
+    plan = planning.plan(problem, HOPPER, backend="cute")
+    assert plan.backend == "cute" and plan.num_splits == 1
+    config = cute_backend.fwd_config(plan.key)
+    directory, options = _ptx_dir(tmp_path)
+    before = {name for name in os.listdir(directory) if name.endswith(".ptx")} if os.path.isdir(directory) else set()
+    fn = cute_backend.compile_config(config, plan.key.arch, extra_options=options)
+    assert callable(fn)
+    fresh = sorted(
+        (os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".ptx") and n not in before),
+        key=os.path.getmtime,
+    )
+    assert fresh, f"no PTX was written to {directory}"
+    with open(fresh[-1]) as f:
+        return f.read()
+
+
+def _check_hopper_ptx(ptx: str, *, bias: bool = True) -> None:
+    assert ".target sm_90a" in ptx
+    # QK^T (k = head_dim / 16 = 8 instructions) and PV (k = tile_n / 16 = 8), m64n128k16
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) >= 16
+    assert "wgmma.fence" in ptx and "wgmma.commit_group" in ptx
+    # the K/V gather and the staged bias: 16-byte cp.async (cg: L2 only)
+    assert len(re.findall(r"cp\.async\.cg\.shared\.global(?:\.L2::\d+B)? \[[^]]+\], \[[^]]+\], 16", ptx)) >= 40
+    assert "ex2.approx" in ptx
+    assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
+    if bias:
+        assert "ld.shared" in ptx  # the softmax reads the staged bias from shared memory
+
+
+def test_cute_compile_global_page16_g8(tmp_path):
+    _check_hopper_ptx(_compile_ptx(_problem(page=16), tmp_path))
+
+
+def test_cute_compile_sliding_page128_g4_fp16(tmp_path):
+    ptx = _compile_ptx(_problem(dtype=torch.float16, kv_heads=2, page=128, extent=512, window=511), tmp_path)
+    _check_hopper_ptx(ptx)
+    assert "f16.f16" in ptx and "bf16.bf16" not in ptx
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(page=128),
+        dict(page=64, kv_heads=2),
+        dict(page=16, window=511, extent=512, kv_heads=2),
+        dict(page=16, dtype=torch.float16),
+        dict(page=48, heads=16, kv_heads=16),
+    ],
+    ids=["global-page128-g8", "global-page64-g4", "sliding-page16-g4", "fp16-page16-g8", "page48-mha"],
+)
+def test_cute_compile_slow(tmp_path, kw):
+    _check_hopper_ptx(_compile_ptx(_problem(**kw), tmp_path))
+
+
+def test_cute_backend_refusals():
+    backend = planning.get_backend("cute")
+    assert backend.why_not(_problem(), HOPPER) is None
+    assert "sm_80" in backend.why_not(_problem(), DeviceFacts(arch="sm_80", num_sms=108))
+    assert "head_dim 64" in backend.why_not(_problem()._replace(head_dim=64), HOPPER)
+    assert "float32" in backend.why_not(_problem(dtype=torch.float32), HOPPER)
+    assert "multiple of 8" in backend.why_not(_problem(extent=20), HOPPER)
+    assert "num_splits 4" in backend.why_not(_problem()._replace(num_splits=4), HOPPER)
+    assert backend.default_device_types == () and backend.split_policy is None
+
+
+def test_cute_keys_share_a_compiled_config():
+    """Page size, window, extent and the max_seqlen_q bucket are runtime arguments: one configuration."""
+    a = planning.plan(_problem(window=511, extent=512), HOPPER, backend="cute")
+    b = planning.plan(_problem(window=255, extent=256)._replace(max_seqlen_q=7), HOPPER, backend="cute")
+    assert a.key != b.key and cute_backend.fwd_config(a.key) == cute_backend.fwd_config(b.key)
+    c = planning.plan(_problem(page=128), HOPPER, backend="cute")
+    assert c.key.page_size != a.key.page_size and cute_backend.fwd_config(c.key) == cute_backend.fwd_config(a.key)
+    assert a.launch == cute_backend.fwd_config(a.key) and a.workspace_bytes == 0
