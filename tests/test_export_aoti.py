@@ -79,28 +79,31 @@ def test_decoder_layer_aoti_package_on_cpu(tmp_path):
         probe.check_against_eager(loaded, layer, probe.make_step(n, caches), tol=FP32)
 
 
-def _probe(what: str, device: str) -> tuple[int, str]:
-    """Run ``tests/aoti_probe.py WHAT DEVICE`` in its own process: (exit code, what it said)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "aoti_probe.py"), what, device],
+def _probe(what: str, device: str) -> tuple[int, str, str]:
+    """Run ``tests/aoti_probe.py WHAT DEVICE`` in its own process: (exit code, a one-line account
+    of how it ended, the tail of its stderr)."""
+    path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", str(ROOT / "tests" / "aoti_probe.py"), what, device],
                           env=env, capture_output=True, text=True, timeout=540)  # fmt: skip
     if proc.returncode < 0:
         status = f"was killed by {signal.Signals(-proc.returncode).name}"
     else:
         status = f"exited with {proc.returncode}"
-    said = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else [proc.stderr.strip()[-1500:]]
-    return proc.returncode, f"aoti_probe.py {what} {device}: the process {status}; " + " ".join(said)
+    lines = (proc.stdout if proc.returncode == 0 else proc.stderr).strip().splitlines()
+    summary = f"aoti_probe.py {what} {device}: the process {status}" + (f" ({lines[-1][:300]})" if lines else "")
+    return proc.returncode, summary, proc.stderr[-3000:]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_decoder_layer_aoti_package_on_cuda():
     """bf16 through the Triton kernels; skipped when AOTInductor fails on a module without our op."""
-    rc, control = _probe("control", "cuda")
+    rc, control, _ = _probe("control", "cuda")
     if rc != 0:
-        pytest.skip(f"AOTInductor itself fails on this machine (control without our op): {control}")
-    rc, result = _probe("layer", "cuda")
-    assert rc == 0, result
+        pytest.skip(f"AOTInductor itself fails on this machine (the control, without our op): {control}")
+    rc, result, stderr = _probe("layer", "cuda")
+    assert rc == 0, f"{result}\n{stderr}"
 
 
 @pytest.mark.gpu

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                                expected, softmax_scale=1.0 / d)  # fmt: skip
             err = (out[:b].float() - expected.float()).abs().max().item()
             lens = cache_seqlens[:b].tolist()
-            print(f"step {i}: {'graph replay' if device.type == 'cuda' else 'eager'}, kv lengths {lens}, max |err| {err:.2e}")
+            how = "graph replay" if device.type == "cuda" else "eager"
+            print(f"step {i}: {how}, kv lengths {lens}, max |err| {err:.2e}")
             if not err <= (3e-2 if dtype == torch.bfloat16 else 1e-4):
                 raise SystemExit(f"step {i}: output differs from the reference by {err}")
     print("ok")
