@@ -1,10 +1,16 @@
-"""The worked example of docs/semantics.md, run as written there."""
+"""The docs' examples, run as written there: docs/semantics.md's worked example, and
+docs/serving.md's docs/examples/serving_step.py (CPU here; its CUDA-graph replays on a GPU)."""
 
+import importlib.util
 import math
+from pathlib import Path
 
+import pytest
 import torch
 
 import inkling_ops
+
+SERVING_EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "serving_step.py"
 
 
 def test_worked_example_from_docs():
@@ -20,3 +26,25 @@ def test_worked_example_from_docs():
         rel_logits=rel_logits, max_seqlen_q=2, softmax_scale=1.0,
     )  # fmt: skip
     torch.testing.assert_close(out.flatten(), torch.tensor([5 / 3, 9 / 4]))
+
+
+
+def _serving_example():
+    spec = importlib.util.spec_from_file_location("serving_step_example", SERVING_EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_serving_example_on_cpu(capsys):
+    assert _serving_example().main(["--steps", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "warmup:" in printed and "step 1: eager" in printed and printed.rstrip().endswith("ok")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_serving_example_graph_replays_on_cuda(capsys):
+    assert _serving_example().main(["--device", "cuda", "--steps", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "backend 'triton'" in printed and "step 2: graph replay" in printed
