@@ -18,8 +18,10 @@ the host back), all on one tiny decode in one process:
 4. the vLLM-compatible entry point ``inkling_ops.inkling_fa4_rel_attention`` on the same call,
    and the public API ``inkling_ops.rel_attn(..., out=)`` (``api_out_us``: outside tracing it
    calls the op's implementation without the dispatcher);
-5. ``rel_attn_out`` and the API with ``num_splits=1``: the call then launches one kernel
-   (``*_one_launch_us``);
+5. ``rel_attn_out`` and the API with ``num_splits=1`` (one kernel launch, no workspace:
+   ``*_one_launch_us``) and ``num_splits=4`` (a split-KV decode: a workspace, the forward and
+   the combine: ``*_split_us``); ``default_num_splits`` is what the heuristic chose for the
+   default rows;
 6. ``F.scaled_dot_product_attention`` on the same decode (dense K/V, no bias), for scale.
 """
 
@@ -160,12 +162,16 @@ def measure(device: str, calls: int = 2000) -> dict:
         results["api_out_us"] = _per_call_us(
             lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs), calls=heavy, device=device
         )
-        one = dict(options, num_splits=1)
-        results["rel_attn_out_one_launch_us"] = _per_call_us(lambda: op(*args, **one), calls=heavy, device=device)
-        results["api_out_one_launch_us"] = _per_call_us(
-            lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs, num_splits=1),
-            calls=heavy, device=device,
-        )  # fmt: skip
+        for label, splits in (("one_launch", 1), ("split", 4)):
+            forced = dict(options, num_splits=splits)
+            results[f"rel_attn_out_{label}_us"] = _per_call_us(lambda: op(*args, **forced), calls=heavy, device=device)
+            results[f"api_out_{label}_us"] = _per_call_us(
+                lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs, num_splits=splits),
+                calls=heavy, device=device,
+            )  # fmt: skip
+        problem = check_call(*args, 1, case.softmax_scale, [-1, -1], True, 0, out)
+        _backend, plan = dispatch.plan_call(problem, case.q.device, None)
+        results["default_num_splits"] = plan.num_splits
         results["sdpa_us"] = _per_call_us(lambda: sdpa(q_dense, k_dense, v_dense, scale=case.softmax_scale, enable_gqa=True), calls=calls, device=device)
         results["default_backend"] = backend_name
         if device == "cuda":
