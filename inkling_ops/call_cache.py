@@ -125,10 +125,12 @@ def run_out(
     tensors = (q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits, out)
     entry = None
     try:
-        pointers = tuple([t.data_ptr() for t in tensors])
-        bits = 0
-        for p in pointers:
-            bits |= p
+        pointers = (
+            q.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), block_table.data_ptr(),
+            cache_seqlens.data_ptr(), cu_seqlens_q.data_ptr(), rel_logits.data_ptr(), out.data_ptr(),
+        )  # fmt: skip
+        p0, p1, p2, p3, p4, p5, p6, p7 = pointers
+        bits = p0 | p1 | p2 | p3 | p4 | p5 | p6 | p7
         lookup = (
             q.shape, max_seqlen_q, softmax_scale, *window_size, causal, num_splits, requested, not bits & 15,
             type(max_seqlen_q), type(softmax_scale), type(num_splits),  # 1 and 1.0 hash alike

@@ -14,6 +14,7 @@ compiles only when both miss (after :func:`inkling_ops.strict.check_compile`).
 
 from __future__ import annotations
 
+import operator
 import os
 import warnings
 from typing import NamedTuple
@@ -300,23 +301,28 @@ class PreparedTritonCall:
     slots of its leading pointers (0-7: the call's tensors in ``RelAttnArgs`` order then out,
     8: the workspace, 9: the log-sum-exp part of the workspace)."""
 
-    __slots__ = ("device", "workspace_numel", "lse_offset", "launches", "pointer_maps")
+    __slots__ = ("device", "workspace_numel", "lse_offset", "_steps")
 
     def __init__(self, device: int, workspace_numel: int, lse_offset: int, launches: tuple, pointer_maps: tuple):
         self.device, self.workspace_numel, self.lse_offset = device, workspace_numel, lse_offset
-        self.launches, self.pointer_maps = launches, pointer_maps
+        self._steps = tuple((launch, operator.itemgetter(*slots)) for launch, slots in zip(launches, pointer_maps))
 
     def __call__(self, args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:
-        workspace = None
-        if self.workspace_numel:
-            # through torch's allocator: under CUDA-graph capture it comes from the graph's pool
-            workspace = torch.empty(self.workspace_numel, dtype=torch.float32, device=args.q.device)
-            base = workspace.data_ptr()
-            pointers = pointers + (base, base + 4 * self.lse_offset)
-        stream = torch._C._cuda_getCurrentRawStream(self.device)
-        for launch, slots in zip(self.launches, self.pointer_maps):
-            launch(stream, tuple([pointers[i] for i in slots]))
-        del workspace  # freed on the stream it was used on: the allocator reuses it in stream order
+        stream = _current_stream(self.device)
+        if not self.workspace_numel:
+            for launch, pick in self._steps:
+                launch(stream, pick(pointers))
+            return
+        # through torch's allocator: under CUDA-graph capture it comes from the graph's pool; freed
+        # on return, on the stream it was used on (the allocator reuses it in stream order)
+        workspace = torch.empty(self.workspace_numel, dtype=torch.float32, device=args.q.device)
+        base = workspace.data_ptr()
+        pointers = pointers + (base, base + 4 * self.lse_offset)
+        for launch, pick in self._steps:
+            launch(stream, pick(pointers))
+
+
+_current_stream = torch._C._cuda_getCurrentRawStream if hasattr(torch._C, "_cuda_getCurrentRawStream") else None
 
 
 #: the forward kernel's ten leading pointers: q, K, V, rel_logits, block_table, cache_seqlens,

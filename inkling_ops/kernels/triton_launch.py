@@ -190,6 +190,13 @@ def load_kernel(spec: KernelSpec, paths: dict[str, str]):
     return CompiledKernel(spec.source(), {n: str(p) for n, p in paths.items()}, digest)
 
 
+def _launch_hook_set() -> bool:
+    """Whether a launch hook (a profiler's) is installed: Triton 3.6 keeps None when there is
+    none, Triton 3.9 an empty ``HookChain``."""
+    hook = _runtime_knobs().launch_enter_hook
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 @functools.lru_cache(maxsize=1)
 def _runtime_knobs():
     """``triton.knobs.runtime`` (imported once: an import statement per launch costs host time)."""
@@ -216,7 +223,7 @@ class Launcher:
 
     def __call__(self, grid: tuple, args: tuple) -> None:
         g0, g1, g2 = grid
-        if _runtime_knobs().launch_enter_hook is not None:
+        if _launch_hook_set():
             self.compiled[grid](*args)
             return
         if self._run is None:
@@ -251,6 +258,9 @@ def _raw_launch(compiled):
     return None, None
 
 
+_KNOBS = None  # triton.knobs.runtime, set at the first bind (BoundLaunch reads its launch hook)
+
+
 class BoundLaunch:
     """One compiled kernel bound to a grid and to its arguments after the leading pointers, for a
     call that repeats: ``bound(stream, pointers)`` launches it with ``pointers`` (device addresses
@@ -259,7 +269,7 @@ class BoundLaunch:
     :class:`Launcher`. A launch hook set for profilers is honoured (the launch then goes through
     ``CompiledKernel[grid]``). Loads the kernel on the current device at its first launch."""
 
-    __slots__ = ("launcher", "grid", "tail", "_launch", "_kind", "_function", "_packed", "_runner")
+    __slots__ = ("launcher", "grid", "tail", "_launch", "_before", "_after")
 
     def __init__(self, launcher: Launcher, grid: tuple, tail: tuple) -> None:
         self.launcher, self.grid, self.tail = launcher, tuple(grid), tuple(tail)
@@ -267,23 +277,30 @@ class BoundLaunch:
 
     def _bind(self) -> None:
         compiled = self.launcher.compiled
-        self._runner = compiled.run  # loads the module on the current device
-        self._function, self._packed = compiled.function, compiled.packed_metadata
-        self._launch, self._kind = _raw_launch(compiled)
-        if self._launch is None:
-            self._launch = False
+        runner = compiled.run  # loads the module on the current device
+        launch, kind = _raw_launch(compiled)
+        function, packed = compiled.function, compiled.packed_metadata
+        coop, pdl = getattr(runner, "launch_cooperative_grid", False), getattr(runner, "launch_pdl", False)
+        # the arguments between the stream and the kernel's own, and after them, per convention
+        if kind == "3.6":
+            self._before, self._after = (function, coop, pdl, None, None, packed, None, None, None), None
+        elif kind == "3.9":
+            self._before = (function, coop, pdl, packed, None, None, None, None, None, runner.arg_annotations,
+                            runner.kernel_signature)  # fmt: skip
+            self._after = True  # the kernel's arguments travel as one tuple
+        self._launch = launch if launch is not None else False
+        global _KNOBS
+        _KNOBS = _runtime_knobs()
 
     def __call__(self, stream: int, pointers: tuple) -> None:
-        if self._launch is None:
-            self._bind()
-        g0, g1, g2 = self.grid
         launch = self._launch
-        if launch is False or _runtime_knobs().launch_enter_hook is not None:
+        if launch is None:
+            self._bind()
+            launch = self._launch
+        hook = _KNOBS.launch_enter_hook  # None (3.6) or a HookChain, empty unless a profiler added one (3.9)
+        if launch is False or (hook is not None and getattr(hook, "calls", True)):
             self.launcher(self.grid, pointers + self.tail)
-        elif self._kind == "3.6":
-            launch(g0, g1, g2, stream, self._function, self._runner.launch_cooperative_grid, self._runner.launch_pdl,
-                   None, None, self._packed, None, None, None, *pointers, *self.tail)  # fmt: skip
+        elif self._after is None:
+            launch(*self.grid, stream, *self._before, *pointers, *self.tail)
         else:
-            runner = self._runner
-            launch(g0, g1, g2, stream, self._function, runner.launch_cooperative_grid, runner.launch_pdl, self._packed,
-                   None, None, None, None, None, runner.arg_annotations, runner.kernel_signature, pointers + self.tail)  # fmt: skip
+            launch(*self.grid, stream, *self._before, pointers + self.tail)
