@@ -8,6 +8,10 @@
 #     bench  the peer benchmark, every peer, both clocks (meta/bench/benchmark.py --quick)
 #     sweep  the sweeps of docs/performance.md (meta/bench/sweep_cases.json, --quick)
 #     warmup cold / warm warmup, first call of a warmed process, strict serving (meta/tools/warmup_probe.py)
+#     hf     the Hugging Face GPU tests with transformers from a carried wheel in .whl/ (the image's 5.17
+#            lacks what they need), installed into /tmp/hf ahead of the image's copy
+#     cute   the CuTe backend: its conformance cases, the runtime's GPU tests, the launch probe
+# BENCH_BACKENDS (default "default,cute") names the backends of ours the bench steps time.
 #
 # Writes logs and records under $OUT (the device tool brings them back). SHA names the commit the
 # tree is at (the copied tree has no usable .git).
@@ -30,13 +34,20 @@ for step in ${part//,/ }; do
     host)
       python3 meta/tools/host_overhead.py --device cuda --record "$out/host_overhead.jsonl" 2>&1 | tee "$out/host_overhead_$sha.log" ;;
     bench)
-      python3 meta/bench/benchmark.py --out "$out" --git-sha "$sha" --quick --no-progress 2>&1 \
+      python3 meta/bench/benchmark.py --out "$out" --git-sha "$sha" --quick --no-progress --backends "${BENCH_BACKENDS:-default,cute}" 2>&1 \
         | tee "$out/bench_${sha}_all_cases.log" | tail -60 ;;
     sweep)
       python3 meta/bench/benchmark.py --cases meta/bench/sweep_cases.json --out "$out" --git-sha "$sha" --quick --no-progress 2>&1 \
         | tee "$out/bench_${sha}_sweeps.log" | tail -60 ;;
     warmup)
       python3 meta/tools/warmup_probe.py --out "$out/warmup_probe.jsonl" 2>&1 | tee "$out/warmup_probe_$sha.log" ;;
-    *) echo "unknown step $step (tests|ab|host|bench|sweep|warmup)"; exit 2 ;;
+    hf)
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hf .whl/transformers-*.whl 2>&1 | tail -2
+      PYTHONPATH=/tmp/hf:$PYTHONPATH python3 -m pytest tests/test_hf_integration.py -m gpu -q -rA -p no:cacheprovider 2>&1 \
+        | tee "$out/gpu_hf_$sha.log" | tail -15 ;;
+    cute)
+      python3 -m pytest tests/test_conformance.py tests/test_cute_runtime.py tests/test_cute_compile.py -k cute -q -rs -p no:cacheprovider \
+        --continue-on-collection-errors 2>&1 | tee "$out/gpu_cute_$sha.log" | tail -15 ;;
+    *) echo "unknown step $step (tests|ab|host|bench|sweep|warmup|hf|cute)"; exit 2 ;;
   esac
 done
