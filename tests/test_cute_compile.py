@@ -2,8 +2,9 @@
 
 Each test compiles through the backend's own compile function (fake tensors, ``--gpu-arch``
 from the compile key), keeps the PTX and checks the Hopper instructions are in it: warpgroup
-MMAs for both GEMMs, the 16-byte ``cp.async`` gather of K/V and of the staged bias, and the
-absence of spilled registers (``.local`` memory). The DSL's own ``CUTE_DSL_KEEP`` /
+MMAs for both GEMMs, the 16-byte ``cp.async`` gather of K/V and of the staged bias, the warp
+specialisation (``setmaxnreg``, mbarrier pipelines, ping-pong named barriers) and the absence of
+spilled registers (``.local`` memory in the PTX). The DSL's own ``CUTE_DSL_KEEP`` /
 ``CUTE_DSL_DUMP_DIR`` are honoured when set; otherwise the PTX goes to a temporary directory.
 Skips without nvidia-cutlass-dsl. Compiles take ~5-15 s each on 2 cores: one per test, the
 wider set marked slow.
@@ -72,6 +73,12 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True) -> None:
     assert len(re.findall(r"cp\.async\.cg\.shared\.global(?:\.L2::\d+B)? \[[^]]+\], \[[^]]+\], 16", ptx)) >= 40
     assert "ex2.approx" in ptx
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
+    # warp specialisation: the producer warpgroup gives registers to the two consumer warpgroups,
+    # its copies arrive on mbarriers, the consumers wait on them and take turns (named barriers)
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
+    assert "cp.async.mbarrier.arrive.noinc.shared" in ptx and "mbarrier.try_wait.parity" in ptx
+    assert re.search(r"bar\.arrive\s+\S+, 256;", ptx) and re.search(r"bar\.sync\s+\S+, 256;", ptx)
     if bias:
         assert "ld.shared" in ptx  # the softmax reads the staged bias from shared memory
 
