@@ -6,7 +6,7 @@ export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/out}
 mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $OUT/gpu.txt 2>&1
-echo "== check"; timeout 150 python3 meta/tools/cute_gpu_check.py --out $OUT --skip-timing > $OUT/check.log 2>&1; tail -9 $OUT/check.log
+echo "== check"; timeout 100 python3 meta/tools/cute_gpu_check.py --out $OUT --skip-timing > $OUT/check.log 2>&1; tail -9 $OUT/check.log
 echo "== bench"; timeout 200 python3 meta/tools/cute_ws_bench.py --out $OUT ${BENCH_ARGS} > $OUT/bench.log 2>&1; tail -8 $OUT/bench.log
 echo "== conformance"; timeout 120 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests/test_conformance.py -k cute > $OUT/conformance.log 2>&1; tail -4 $OUT/conformance.log
 if [ -n "$NCU" ]; then
