@@ -48,6 +48,8 @@ LOG2_E = math.log2(math.e)
 CHUNK = 8
 #: shared-memory stages of K and of V
 STAGES = 2
+#: shared-memory stages of the staged bias (two: 8-byte copies, so that both fit with Q, K and V)
+BIAS_STAGES = 2
 #: the producer warpgroup (warps 0-3); the consumer warpgroups follow it
 PRODUCER_THREADS = 128
 #: named barriers (0 is the CTA barrier): the consumers' Q load, then one per consumer warpgroup
@@ -80,14 +82,16 @@ class CuteFwdConfig:
 
     @property
     def bias_width(self) -> int:
-        """Distances staged per row of a band tile: the tile's ``tile_n`` plus 16 bytes of slop."""
-        return self.tile_n + CHUNK
+        """Distances staged per row of a band tile (with the default two bias stages): the tile's
+        ``tile_n`` plus 8 bytes of slop."""
+        return self.tile_n + CHUNK // 2
+
 
     def smem_bytes(self) -> int:
         elem = 2
         q = self.tile_m * self.head_dim * elem
         kv = 2 * STAGES * self.tile_n * self.head_dim * elem
-        bias = self.tile_m * self.bias_width * elem
+        bias = BIAS_STAGES * self.tile_m * self.bias_width * elem
         return q + kv + bias
 
 
@@ -133,6 +137,13 @@ def _shuffle_i64(value, lane, width: cutlass.Constexpr):
     return cell[0]
 
 
+def _tree(op, values: list):
+    """``op`` folded over ``values`` pairwise (a tree of depth log2(n): independent operations)."""
+    while len(values) > 1:
+        values = [op(values[k], values[k + 1]) for k in range(0, len(values) - 1, 2)] + values[len(values) & ~1 :]
+    return values[0]
+
+
 def _state(stages: int, count, index, phase) -> pipeline.PipelineState:
     """The pipeline position of use number ``count``, from values the caller computes."""
     return pipeline.PipelineState(stages, Int32(count), Int32(index), Int32(phase))
@@ -143,10 +154,15 @@ class RelAttnFwdSm90:
 
     ``pingpong``: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so
     one's softmax runs under the other's tensor-core work. ``producer_regs`` / ``consumer_regs``:
-    the ``setmaxnreg`` split of the register file (128 * p + 256 * c <= 65536)."""
+    the ``setmaxnreg`` split of the register file (128 * p + 256 * c <= 65536). ``bias_tiles``:
+    tiles where every key is visible and every distance is below E add the bias without the mask.
+    ``bias_stages``: bias buffers (2: the producer stages a band tile's bias one tile earlier).
+    ``debug_all_plain``: run every tile as a plain tile (wrong results: the no-bias, no-mask floor
+    of this schedule, for timing only)."""
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
-                 consumer_regs: int = 240):  # fmt: skip
+                 consumer_regs: int = 240, bias_tiles: bool = True, bias_stages: int = BIAS_STAGES,
+                 debug_all_plain: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -159,8 +175,15 @@ class RelAttnFwdSm90:
         self.group = config.q_per_kv
         self.num_mma_threads = config.num_mma_threads
         self.num_threads = config.num_threads
-        self.bias_width = config.bias_width
+        if bias_stages not in (1, 2):
+            raise ValueError(f"bias_stages is {bias_stages}; 1 or 2")
+        self.bias_stages = bias_stages
+        # elements of one bias copy: 16 bytes with one stage; 8 bytes with two (less slop per row)
+        self.bias_chunk = CHUNK if bias_stages == 1 else CHUNK // 2
+        self.bias_width = self.tile_n + self.bias_chunk
         self.pingpong = pingpong
+        self.bias_tiles = bias_tiles
+        self.debug_all_plain = debug_all_plain
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -208,21 +231,27 @@ class RelAttnFwdSm90:
         )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
         sKV_layout = self._smem_layout(self.tile_n, STAGES)
-        sB_layout = cute.make_layout((self.tile_m, self.bias_width), stride=(self.bias_width, 1))
+        w, S = self.bias_width, self.bias_stages
+        sB_layout = cute.make_layout((self.tile_m, w, S), stride=(w, 1, self.tile_m * w))
 
         @cute.struct
         class SharedStorage:
-            mbar_k: cute.struct.MemRange[Int64, 2 * STAGES]
-            mbar_v: cute.struct.MemRange[Int64, 2 * STAGES]
-            mbar_b: cute.struct.MemRange[Int64, 2]
+            # the 1024-byte aligned tiles first: no padding (two bias stages leave ~900 bytes spare)
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sB_layout)], 128]
+            mbar_k: cute.struct.MemRange[Int64, 2 * STAGES]
+            mbar_v: cute.struct.MemRange[Int64, 2 * STAGES]
+            mbar_b: cute.struct.MemRange[Int64, 2 * S]
 
         copy_atom = cute.make_copy_atom(
             cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.dtype, num_bits_per_copy=128
         )
+        copy_bias = cute.make_copy_atom(
+            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL if self.bias_chunk == CHUNK else cpasync.LoadCacheMode.ALWAYS),
+            self.dtype, num_bits_per_copy=16 * self.bias_chunk,
+        )  # fmt: skip
         copy_q = self._tiled_copy(copy_atom, self.num_mma_threads)
         copy_kv = self._tiled_copy(copy_atom, PRODUCER_THREADS)
 
@@ -233,7 +262,7 @@ class RelAttnFwdSm90:
         page_div = cute.FastDivmodDivisor(mK.shape[1])
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
-            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, SharedStorage,
+            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, copy_bias, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, num_reqs], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -262,6 +291,7 @@ class RelAttnFwdSm90:
         copy_q: cute.TiledCopy,
         copy_kv: cute.TiledCopy,
         copy_atom: cute.CopyAtom,
+        copy_bias: cute.CopyAtom,
         SharedStorage: cutlass.Constexpr,
     ):
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
@@ -290,7 +320,7 @@ class RelAttnFwdSm90:
                     barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=producers,
                     consumer_group=consumers, defer_sync=True,
                 )  # fmt: skip
-                for bar, stages in ((storage.mbar_k, STAGES), (storage.mbar_v, STAGES), (storage.mbar_b, 1))
+                for bar, stages in ((storage.mbar_k, STAGES), (storage.mbar_v, STAGES), (storage.mbar_b, self.bias_stages))
             ]
             cute.arch.mbarrier_init_fence()
             cute.arch.sync_threads()
@@ -313,6 +343,13 @@ class RelAttnFwdSm90:
             # plain tiles: every d >= E (so no bias, and visible under causality), inside the window
             plain_hi = cutlass.min(cutlass.max(qa_lo - rel_extent + 1, 0) // tile_n, n_end)
             plain_lo = cutlass.max(plain_lo, n_begin)
+            # bias-only tiles: every key visible (d >= 0, inside the window) and every d < E
+            bias_lo = cutlass.max((cutlass.max(qa_hi - rel_extent + 1, 0) + tile_n - 1) // tile_n, plain_lo)
+            bias_hi = cutlass.min(cutlass.max(qa_lo + 1, 0) // tile_n, n_end)
+            if const_expr(not self.bias_tiles):
+                bias_hi = bias_lo
+            if const_expr(self.debug_all_plain):
+                plain_lo, plain_hi = n_begin, n_end
             n_tiles = cutlass.max(n_end - n_begin, 0)
             # band tiles that meet 0 <= d < E: key tile n with n * tile_n > qa_lo - E - tile_n + 1, a
             # run at the top of the range, so the first num_band iterations (diagonal first) stage bias
@@ -321,6 +358,8 @@ class RelAttnFwdSm90:
             if lowest >= 0:
                 n_band = lowest // tile_n + 1
             num_band = cutlass.max(n_end - cutlass.max(n_band, n_begin), 0)
+            if const_expr(self.debug_all_plain):
+                num_band = Int32(0)
             q_head0 = kv_head * G
 
             if warp_idx < PRODUCER_THREADS // 32:
@@ -328,12 +367,13 @@ class RelAttnFwdSm90:
                 self._produce(
                     mK, mV, mRel, sK, sV, sB, mBlockTable[req, None], page_div, kv_head, kv_len, q_start, q_len,
                     q_head0, offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom,
+                    copy_bias,
                 )  # fmt: skip
             else:
                 cute.arch.setmaxregister_increase(self.consumer_regs)
                 self._consume(
                     mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
-                    plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2, tidx - PRODUCER_THREADS, pipes,
+                    (plain_lo, plain_hi, bias_lo, bias_hi), rel_extent, window, kv_len, scale_log2, tidx - PRODUCER_THREADS, pipes,
                     tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom,
                 )  # fmt: skip
 
@@ -343,7 +383,8 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _produce(self, mK, mV, mRel, sK, sV, sB, block_row, page_div, kv_head, kv_len, q_start, q_len, q_head0,
-                 offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom):  # fmt: skip
+                 offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom,
+                 copy_bias):  # fmt: skip
         """Issue the loads in the order the consumers use them: K of the next tile before V of the
         current one (QK of tile i + 1 is issued before PV of tile i), the bias of a band tile after."""
         pipe_k, pipe_v, pipe_b = pipes
@@ -355,17 +396,24 @@ class RelAttnFwdSm90:
                             tTcT, copy_atom)  # fmt: skip
             if num_band > 0:
                 self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block, (n_end - 1) * self.tile_n,
-                                rel_extent, tidx, copy_atom)  # fmt: skip
+                                rel_extent, tidx, copy_bias)  # fmt: skip
             for it in cutlass.range(n_tiles, unroll=1):
                 n = n_end - 1 - it
                 if it + 1 < n_tiles:
                     self._load_rows(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n - 1,
                                     thr_copy, tTcT, copy_atom)  # fmt: skip
+                # with two bias buffers, tile it + 1's is free before V of tile it is (softmax of it - 1
+                # frees it, PV of it - 2 frees V's): bias first; with one, after V
+                if const_expr(self.bias_stages > 1):
+                    if it + 1 < num_band:
+                        self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_bias)  # fmt: skip
                 self._load_rows(mV, sV, it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
                                 copy_atom)  # fmt: skip
-                if it + 1 < num_band:
-                    self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                if const_expr(self.bias_stages == 1):
+                    if it + 1 < num_band:
+                        self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_bias)  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -404,25 +452,27 @@ class RelAttnFwdSm90:
                    copy_atom):  # fmt: skip
         """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
         thread), the distances ``[d0, d0 + bias_width)`` of its rel_logits row,
-        ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
-        16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
-        state = _state(1, it, 0, (it % 2) ^ 1)
+        ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to ``bias_chunk``: the slice key tile ``n0``
+        can reach. Chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
+        S, chunk = self.bias_stages, self.bias_chunk
+        state = _state(S, it, it % S, ((it // S) % 2) ^ 1)
         pipe.producer_acquire(state)
+        sB_stage = sB[None, None, it % S]
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
             tok = row // self.group
-            d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
+            d0 = (offset + tok - n0 - self.tile_n + 1) & ~(chunk - 1)
             if tok < q_len:
                 src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
-                for k in cutlass.range_constexpr(self.bias_width // CHUNK):
-                    d = d0 + k * CHUNK
+                for k in cutlass.range_constexpr(self.bias_width // chunk):
+                    d = d0 + k * chunk
                     if d >= 0 and d < rel_extent:
-                        address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
-                        dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
-                        dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
+                        address = (sB_stage.iterator + (r * self.bias_width + k * chunk)).toint()
+                        dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=2 * chunk)
+                        dst = cute.make_tensor(dst_ptr, cute.make_layout(chunk))
                         src_address = (src_row.iterator + d).toint()
-                        src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=16)
+                        src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=2 * chunk)
                         cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
         pipe.producer_commit(state)
 
@@ -432,7 +482,7 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
-                 plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2, tidx, pipes, tiled_mma_qk, tiled_mma_pv,
+                 classes, rel_extent, window, kv_len, scale_log2, tidx, pipes, tiled_mma_qk, tiled_mma_pv,
                  copy_q, copy_atom):  # fmt: skip
         """Per key tile ``i`` (FA3's intra-warpgroup overlap): issue ``S_i = Q K_i^T``, issue
         ``O += P_{i-1} V_{i-1}``, wait for S_i, mask / bias / online softmax of S_i while the PV GEMM
@@ -504,7 +554,7 @@ class RelAttnFwdSm90:
             warpgroup.wait_group(0)
             pipe_k.consumer_release(k_first)
             self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
-                         plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
+                         classes, rel_extent, window, kv_len, scale_log2)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
@@ -521,7 +571,7 @@ class RelAttnFwdSm90:
                 warpgroup.wait_group(1)
                 pipe_k.consumer_release(k_state)
                 self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
+                             classes, rel_extent, window, kv_len, scale_log2)  # fmt: skip
                 warpgroup.wait_group(0)
                 pipe_v.consumer_release(v_state)
                 acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
@@ -583,39 +633,54 @@ class RelAttnFwdSm90:
                     cute.arch.barrier_arrive(barrier_id=BAR_SCHED + 1, number_of_threads=self.num_mma_threads)
 
     @cute.jit
-    def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, plain_lo,
-                plain_hi, rel_extent, window, kv_len, scale_log2):  # fmt: skip
-        """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place: plain tiles scale
-        only; band tiles mask and add the staged bias (waiting for it when the tile stages any)."""
+    def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, classes,
+                rel_extent, window, kv_len, scale_log2):  # fmt: skip
+        """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place. Plain tiles only
+        scale; bias-only tiles add the staged bias to every score; the other band tiles mask and add
+        the bias where ``d < E``. Biased scores are formed in natural units
+        (``s * softmax_scale + bias``, one FMA) and turned into log2 units in the softmax's exp2."""
         tile_n = self.tile_n
+        plain_lo, plain_hi, bias_lo, bias_hi = classes
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
         if is_plain:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
         else:
+            softmax_scale = scale_log2 * Float32(1.0 / LOG2_E)
             in_band = it < num_band
-            b_state = _state(1, it, 0, it % 2)
+            S = self.bias_stages
+            b_state = _state(S, it, it % S, (it // S) % 2)
+            sB_stage = sB[None, None, it % S]
             if in_band:
                 pipe_b.consumer_wait(b_state)
             n0 = n * tile_n
             num_rows = cute.size(tScS_mn, mode=[0])
-            # scores in log2 units, masked and biased
-            for i in cutlass.range_constexpr(num_rows):
-                qa = row_qabs[i]
-                r = tScS_mn[i, 0][0]
-                # column of distance d = qa - n0 in this row's staged slice
-                base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
-                for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
-                    c = tScS_mn[0, j][1]
-                    d = qa - n0 - c
-                    # always in bounds of the staged slice; unstaged distances are selected away
-                    bias = sB[r, base - c].to(Float32) * LOG2_E
-                    s = acc_S_mn[i, j] * scale_log2 + cutlass.select_(d < rel_extent, bias, Float32(0.0))
-                    visible = d >= 0 and d <= window and n0 + c < kv_len
-                    acc_S_mn[i, j] = s if visible else -Float32.inf
+            num_cols = cute.size(tScS_mn, mode=[1])
+            if n >= bias_lo and n < bias_hi:
+                for i in cutlass.range_constexpr(num_rows):
+                    qa = row_qabs[i]
+                    r = tScS_mn[i, 0][0]
+                    base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(self.bias_chunk - 1))
+                    for j in cutlass.range_constexpr(num_cols):
+                        bias = sB_stage[r, base - tScS_mn[0, j][1]].to(Float32)
+                        acc_S_mn[i, j] = acc_S_mn[i, j] * softmax_scale + bias
+            else:
+                for i in cutlass.range_constexpr(num_rows):
+                    qa = row_qabs[i]
+                    r = tScS_mn[i, 0][0]
+                    # column of distance d = qa - n0 in this row's staged slice
+                    base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(self.bias_chunk - 1))
+                    for j in cutlass.range_constexpr(num_cols):
+                        c = tScS_mn[0, j][1]
+                        d = qa - n0 - c
+                        # always in bounds of the staged slice; unstaged distances are selected away
+                        bias = sB_stage[r, base - c].to(Float32)
+                        s = acc_S_mn[i, j] * softmax_scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
+                        visible = d >= 0 and d <= window and n0 + c < kv_len
+                        acc_S_mn[i, j] = s if visible else -Float32.inf
             if in_band:
                 pipe_b.consumer_release(b_state)
-            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
+            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
 
     @cute.jit
     def _to_operand(self, acc_S, rP):
@@ -648,10 +713,9 @@ class RelAttnFwdSm90:
         """Online softmax over one tile of scores ``s_mn`` (rows, cols), in place (scores become
         probabilities); ``scale`` turns a score into log2 units (1 when it already is). The factor
         the running O must be multiplied by goes to ``row_scale``."""
+        num_cols = cute.size(s_mn, mode=[1])
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            tile_max = s_mn[i, 0]
-            for j in cutlass.range_constexpr(1, cute.size(s_mn, mode=[1])):
-                tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
+            tile_max = _tree(cute.arch.fmax, [s_mn[i, j] for j in range(num_cols)])
             tile_max = cute.arch.warp_reduction_max(tile_max, threads_in_group=4)
             new_max = cute.arch.fmax(row_max[i], tile_max * scale)
             # a row with nothing visible yet keeps offset 0 (exp2(-inf) = 0, no NaN)
@@ -660,11 +724,9 @@ class RelAttnFwdSm90:
                 safe_max = Float32(0.0)
             correction = cute.math.exp2(row_max[i] - safe_max, fastmath=True)
             row_max[i] = new_max
-            partial = Float32(0.0)
-            for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-                p = cute.math.exp2(s_mn[i, j] * scale - safe_max, fastmath=True)
-                s_mn[i, j] = p
-                partial += p
+            for j in cutlass.range_constexpr(num_cols):
+                s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale - safe_max, fastmath=True)
+            partial = _tree(lambda a, b: a + b, [s_mn[i, j] for j in range(num_cols)])
             row_sum[i] = row_sum[i] * correction + partial
             row_scale[i] = correction
 
