@@ -263,7 +263,7 @@ class RelAttnFwdSm90:
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
             sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, copy_bias, SharedStorage,
-        ).launch(grid=[grid_m, num_kv_heads, num_reqs], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
+        ).launch(grid=[num_kv_heads, num_reqs, grid_m], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
     # device side
@@ -297,7 +297,9 @@ class RelAttnFwdSm90:
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        m_rev, kv_head, req = cute.arch.block_idx()
+        # blocks start in x-fastest order: every (KV head, request)'s last M tile (the longest under
+        # causality) before any second-to-last one
+        kv_head, req, m_rev = cute.arch.block_idx()
 
         # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
         num_tokens = mQ.shape[0]
