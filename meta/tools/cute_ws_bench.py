@@ -1,13 +1,14 @@
 """H200 timing of the CuTe kernel's schedule variants against Triton and flash-attn-4 (no bias).
 
-    python3 meta/tools/cute_ws_bench.py --out DIR [--variants default,nopingpong] [--ncu-case NAME]
+    python3 meta/tools/cute_ws_bench.py --out DIR [--variants a,b] [--cases a,b]
+    python3 meta/tools/cute_ws_bench.py --probe VARIANT      # one small call against the reference
+    python3 meta/tools/cute_ws_bench.py --profile CASE       # a few cute calls, for ncu
 
 For each case: ``cute`` (the backend, default variant), each extra variant of
 ``RelAttnFwdSm90`` (compiled here and called directly, checked equal in tolerance to the
 default), ``triton``, and ``fa4_nobias`` (``flash_attn.cute.flash_attn_varlen_func`` on the
 same paged cache, no bias: the ceiling issue 17 measures against). ``triton.testing.do_bench``
-medians; writes ``cute_ws_bench.json`` and prints a table. ``--profile NAME`` instead runs only
-the cute call of that case a few times (for ``ncu``).
+medians; writes ``cute_ws_bench.json`` and prints a table.
 """
 
 from __future__ import annotations
@@ -33,14 +34,18 @@ CASES = {
     "chunk2k_on16k_x4_page16": dict(q_lens=[2048] * 4, kv_lens=[16384] * 4, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
     "prefill32k_global_page128": dict(q_lens=[32768], kv_lens=[32768], num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
 }  # fmt: skip
-#: the cases the schedule variants are timed on
-VARIANT_CASES = ("prefill8k_global_page128", "prefill8k_sliding_page128")
+#: the variants timed on each case (besides the default)
+VARIANT_CASES = {
+    "prefill8k_global_page128": ("tiles1", "tiles4", "nopingpong", "bias1", "nobiastiles", "allplain"),
+    "prefill8k_sliding_page128": ("tiles1", "tiles4", "nobiastiles", "allplain"),
+}
 
 VARIANTS = {
     "default": {},
     "nopingpong": dict(pingpong=False),
-    "regs40": dict(producer_regs=40, consumer_regs=232),
     "bias1": dict(bias_stages=1),
+    "tiles1": dict(tiles_per_cta=1),
+    "tiles4": dict(tiles_per_cta=4),
     "nobiastiles": dict(bias_tiles=False),
     "allplain": dict(debug_all_plain=True),  # wrong results by design: the no-bias floor
 }
@@ -109,8 +114,8 @@ def run_case(name, kw, variants) -> dict:
         _check(row, "cute", out[:n], want)
     except Exception:  # noqa: BLE001
         row["cute_error"] = traceback.format_exc()[-1500:]
-    for v in variants if name in VARIANT_CASES else ():
-        if v == "default":
+    for v in VARIANT_CASES.get(name, ()):
+        if v not in variants:
             continue
         try:
             fn, compile_s, no_window = _variant_fn(v, case)
@@ -139,6 +144,21 @@ def run_case(name, kw, variants) -> dict:
     return row
 
 
+def probe(variant) -> None:
+    """One small call of ``variant`` against the reference (a hang shows as the caller's timeout)."""
+    kw = dict(q_lens=[1500, 7], kv_lens=[1500, 7], num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16)
+    case = _case(kw)
+    n = sum(case.q_lens)
+    fn, _, no_window = _variant_fn(variant, case)
+    out = torch.zeros_like(case.q)
+    fn(case.q, case.key_cache, case.value_cache, out, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+       case.rel_logits, case.softmax_scale, no_window, case.max_seqlen_q)  # fmt: skip
+    torch.cuda.synchronize()
+    row = dict(probe=variant)
+    _check(row, variant, out[:n], case.reference_fp32()[:n])
+    print(json.dumps(row), flush=True)
+
+
 def profile(name) -> None:
     case = _case(CASES[name])
     out = torch.zeros_like(case.q)
@@ -150,10 +170,14 @@ def profile(name) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
-    p.add_argument("--variants", default="default,nopingpong,bias1,nobiastiles,allplain")
+    p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--profile", default=None)
+    p.add_argument("--probe", default=None)
     ns = p.parse_args()
+    if ns.probe:
+        probe(ns.probe)
+        return
     if ns.profile:
         profile(ns.profile)
         return
