@@ -653,10 +653,15 @@ class RelAttnFwdSm90:
                          classes, rel_extent, window, kv_len, scale_log2)  # fmt: skip
             warpgroup.wait_group(0)
             pipe_v.consumer_release(v_state)
-            acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
-            for i in cutlass.range_constexpr(num_rows):
-                for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
-                    acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
+            # rescale O only where a row max moved (exact: a factor of 1 is skipped), per warp
+            moved = row_scale[0] != Float32(1.0)
+            for i in cutlass.range_constexpr(1, num_rows):
+                moved = moved or row_scale[i] != Float32(1.0)
+            if cute.arch.vote_any_sync(moved):
+                acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
+                for i in cutlass.range_constexpr(num_rows):
+                    for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
+                        acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
             self._to_operand(acc_S, rP)
 
         # last PV
@@ -750,18 +755,21 @@ class RelAttnFwdSm90:
                         acc_S_mn[i, j] = acc_S_mn[i, j] * softmax_scale + bias
             else:
                 for i in cutlass.range_constexpr(num_rows):
-                    qa = row_qabs[i]
                     r = tScS_mn[i, 0][0]
-                    # column of distance d = qa - n0 in this row's staged slice
-                    base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(self.bias_chunk - 1))
+                    # column c has distance d = t - c; the row's visible columns are [lo, hi]
+                    # (d <= window, d >= 0, key < kv_len) and its biased ones c > t - E
+                    t = row_qabs[i] - n0
+                    lo = t - window
+                    hi = cutlass.min(t, kv_len - n0 - 1)
+                    unbiased = t - rel_extent
+                    # column of distance t in this row's staged slice
+                    base = t - ((t - tile_n + 1) & ~(self.bias_chunk - 1))
                     for j in cutlass.range_constexpr(num_cols):
                         c = tScS_mn[0, j][1]
-                        d = qa - n0 - c
                         # always in bounds of the staged slice; unstaged distances are selected away
                         bias = sB_stage[r, base - c].to(Float32)
-                        s = acc_S_mn[i, j] * softmax_scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
-                        visible = d >= 0 and d <= window and n0 + c < kv_len
-                        acc_S_mn[i, j] = s if visible else -Float32.inf
+                        s = acc_S_mn[i, j] * softmax_scale + cutlass.select_(c > unbiased, bias, Float32(0.0))
+                        acc_S_mn[i, j] = s if c >= lo and c <= hi else -Float32.inf
             if in_band:
                 pipe_b.consumer_release(b_state)
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
