@@ -160,13 +160,15 @@ class RelAttnFwdSm90:
     tiles where every key is visible and every distance is below E add the bias without the mask.
     ``bias_stages``: bias buffers (2: the producer stages a band tile's bias one tile earlier).
     ``tiles_per_cta``: work tiles (M tile, KV head, request) one CTA computes in turn, dealt in a
-    snake; its producer loads the next tile's Q and first key tiles while the consumers finish one.
+    snake; its producer loads the next tile's Q and first key tiles while the consumers finish one;
+    only when there are at least ``pair_min_work`` work tiles (else one a CTA).
     ``debug_all_plain``: run every tile as a plain tile (wrong results: the no-bias, no-mask floor
     of this schedule, for timing only)."""
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, bias_tiles: bool = True, bias_stages: int = BIAS_STAGES,
-                 tiles_per_cta: int = TILES_PER_CTA, debug_all_plain: bool = False):  # fmt: skip
+                 tiles_per_cta: int = TILES_PER_CTA, pair_min_work: int = PAIR_MIN_WORK,
+                 debug_all_plain: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -190,6 +192,7 @@ class RelAttnFwdSm90:
         if tiles_per_cta < 1:
             raise ValueError(f"tiles_per_cta is {tiles_per_cta}; at least 1")
         self.tiles_per_cta = tiles_per_cta
+        self.pair_min_work = pair_min_work
         self.debug_all_plain = debug_all_plain
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
@@ -269,7 +272,7 @@ class RelAttnFwdSm90:
         # several tiles a CTA only when that still leaves two CTAs' worth of tiles per SM (decode
         # batches keep one tile a CTA: their few CTAs are better spread over the SMs)
         per_cta = Int32(1)
-        if num_work >= PAIR_MIN_WORK:
+        if num_work >= self.pair_min_work:
             per_cta = Int32(self.tiles_per_cta)
         scale_log2 = softmax_scale * LOG2_E
         page_div = cute.FastDivmodDivisor(mK.shape[1])

@@ -7,14 +7,15 @@ OUT=${OUT:-/tmp/out}
 mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $OUT/gpu.txt 2>&1
 echo "== probe"
-if ! timeout 60 python3 meta/tools/cute_ws_bench.py --probe default > $OUT/probe.log 2>&1 || ! grep -q '"default_ok": true' $OUT/probe.log; then
+if ! timeout 60 python3 meta/tools/cute_ws_bench.py --probe default > $OUT/probe.log 2>&1 || ! grep -q '"probe_default": true' $OUT/probe.log; then
   tail -5 $OUT/probe.log
   echo "default failed: probing the variants"
-  for v in tiles1 nopingpong bias1 nobiastiles; do timeout 30 python3 meta/tools/cute_ws_bench.py --probe $v >> $OUT/probe.log 2>&1 || echo "$v: rc $?" >> $OUT/probe.log; done
+  for v in tiles1 nopingpong bias1 nobiastiles; do timeout 45 python3 meta/tools/cute_ws_bench.py --probe $v >> $OUT/probe.log 2>&1 || echo "$v: rc $?" >> $OUT/probe.log; done
   tail -8 $OUT/probe.log
   exit 3
 fi
 tail -1 $OUT/probe.log
+echo "== probe pairall"; timeout 60 python3 meta/tools/cute_ws_bench.py --probe pairall >> $OUT/probe.log 2>&1; tail -1 $OUT/probe.log
 echo "== check"; timeout 100 python3 meta/tools/cute_gpu_check.py --out $OUT --skip-timing > $OUT/check.log 2>&1; tail -9 $OUT/check.log
 echo "== conformance"; timeout 100 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests/test_conformance.py -k cute > $OUT/conformance.log 2>&1; tail -3 $OUT/conformance.log
 echo "== bench"; timeout 220 python3 meta/tools/cute_ws_bench.py --out $OUT ${BENCH_ARGS} > $OUT/bench.log 2>&1; tail -9 $OUT/bench.log

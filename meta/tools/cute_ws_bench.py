@@ -32,6 +32,7 @@ CASES = {
     "prefill8k_sliding_page128": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=128),
     "prefill8k_sliding_page16": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=16),
     "chunk2k_on16k_x4_page16": dict(q_lens=[2048] * 4, kv_lens=[16384] * 4, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
+    "decode64_8k_global_page16": dict(q_lens=[1] * 64, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
     "prefill32k_global_page128": dict(q_lens=[32768], kv_lens=[32768], num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
 }  # fmt: skip
 #: the variants timed on each case (besides the default)
@@ -46,6 +47,7 @@ VARIANTS = {
     "bias1": dict(bias_stages=1),
     "tiles1": dict(tiles_per_cta=1),
     "tiles4": dict(tiles_per_cta=4),
+    "pairall": dict(pair_min_work=1),  # two tiles a CTA however small the call (probes only)
     "nobiastiles": dict(bias_tiles=False),
     "allplain": dict(debug_all_plain=True),  # wrong results by design: the no-bias floor
 }
@@ -144,19 +146,29 @@ def run_case(name, kw, variants) -> dict:
     return row
 
 
-def probe(variant) -> None:
-    """One small call of ``variant`` against the reference (a hang shows as the caller's timeout)."""
-    kw = dict(q_lens=[1500, 7], kv_lens=[1500, 7], num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16)
-    case = _case(kw)
-    n = sum(case.q_lens)
-    fn, _, no_window = _variant_fn(variant, case)
-    out = torch.zeros_like(case.q)
-    fn(case.q, case.key_cache, case.value_cache, out, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
-       case.rel_logits, case.softmax_scale, no_window, case.max_seqlen_q)  # fmt: skip
-    torch.cuda.synchronize()
-    row = dict(probe=variant)
-    _check(row, variant, out[:n], case.reference_fp32()[:n])
-    print(json.dumps(row), flush=True)
+def probe(variant) -> bool:
+    """The direct checks of cute_gpu_check.py (ragged batches, decodes, windows, packed K/V, NaN
+    in unused pages) with ``variant`` called directly, against the fp32 reference."""
+    sys.path.insert(0, os.path.join(os.getcwd(), "meta", "tools"))
+    from cute_gpu_check import CHECKS
+
+    ok = True
+    for name, kw in CHECKS:
+        case = _case(kw)
+        n = sum(case.q_lens)
+        fn, _, no_window = _variant_fn(variant, case)
+        window = case.window_size[0] if case.window_size[0] >= 0 else no_window
+        out = torch.full_like(case.q, 7.0)
+        fn(case.q, case.key_cache, case.value_cache, out, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+           case.rel_logits, case.softmax_scale, window, case.max_seqlen_q)  # fmt: skip
+        torch.cuda.synchronize()
+        row = dict(probe=variant, case=name)
+        _check(row, variant, out[:n], case.reference_fp32()[:n])
+        row["tail_untouched"] = bool(torch.all(out[n:] == 7.0))
+        ok = ok and row[f"{variant}_ok"] and row["tail_untouched"]
+        print(json.dumps(row), flush=True)
+    print(json.dumps({f"probe_{variant}": ok}), flush=True)
+    return ok
 
 
 def profile(name) -> None:
