@@ -15,10 +15,10 @@ if ! timeout 60 python3 meta/tools/cute_ws_bench.py --probe default > $OUT/probe
   exit 3
 fi
 tail -1 $OUT/probe.log
-echo "== probe pairall"; timeout 60 python3 meta/tools/cute_ws_bench.py --probe pairall >> $OUT/probe.log 2>&1; tail -1 $OUT/probe.log
-echo "== check"; timeout 100 python3 meta/tools/cute_gpu_check.py --out $OUT --skip-timing > $OUT/check.log 2>&1; tail -9 $OUT/check.log
-echo "== conformance"; timeout 100 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests/test_conformance.py -k cute > $OUT/conformance.log 2>&1; tail -3 $OUT/conformance.log
-echo "== bench"; timeout 220 python3 meta/tools/cute_ws_bench.py --out $OUT ${BENCH_ARGS} > $OUT/bench.log 2>&1; tail -9 $OUT/bench.log
+echo "== probe pairall"; timeout 50 python3 meta/tools/cute_ws_bench.py --probe pairall >> $OUT/probe.log 2>&1; tail -1 $OUT/probe.log
+echo "== check"; timeout 70 python3 meta/tools/cute_gpu_check.py --out $OUT --skip-timing > $OUT/check.log 2>&1; tail -9 $OUT/check.log
+echo "== conformance"; timeout 80 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests/test_conformance.py -k cute > $OUT/conformance.log 2>&1; tail -3 $OUT/conformance.log
+echo "== bench"; timeout 180 python3 meta/tools/cute_ws_bench.py --out $OUT ${BENCH_ARGS} > $OUT/bench.log 2>&1; tail -9 $OUT/bench.log
 if [ -n "$NCU" ]; then
-  echo "== ncu"; timeout ${NCU_TIMEOUT:-90} ncu --set full -k regex:RelAttn -c 1 python3 meta/tools/cute_ws_bench.py --profile prefill8k_global_page128 > $OUT/ncu.txt 2>&1; grep -E "Duration|Throughput|Issue Slots|Warp Cycles|No Eligible|Registers|Achieved|Grid Size" $OUT/ncu.txt | head -30
+  echo "== ncu"; timeout ${NCU_TIMEOUT:-60} ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats -k regex:RelAttn -c 1 python3 meta/tools/cute_ws_bench.py --profile prefill8k_global_page128 > $OUT/ncu.txt 2>&1; grep -E "Duration|Throughput|Issue Slots|Warp Cycles|No Eligible|Registers|Achieved|Grid Size" $OUT/ncu.txt | head -30
 fi
