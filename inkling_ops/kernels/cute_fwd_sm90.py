@@ -3,23 +3,32 @@
 One CTA computes one M tile of packed query rows of one request and one KV head: the
 ``q_per_kv`` query heads that read that KV head are packed into the tile (packed row
 ``r = token * q_per_kv + head_in_group``), so K and V tiles are loaded once for all of them.
-Two warpgroups each own 64 of the tile's 128 rows; both multiply with ``wgmma``:
-``S = Q K^T`` with Q and K in shared memory, ``O += P V`` with P straight from registers.
+
+The CTA is warp-specialised (384 threads). Warpgroup 0 is the producer (``setmaxnreg`` down to
+24 registers): it gathers K and V through the block table with ``cp.async`` into two shared-memory
+stages each, and stages the bias of band tiles, each load arriving on an mbarrier when it lands
+(``PipelineCpAsync``: K, V two stages, bias one). Warpgroups 1 and 2 are the consumers
+(``setmaxnreg`` up to 240), each owning 64 of the tile's 128 rows: ``S = Q K^T`` with ``wgmma``
+from shared memory, ``O += P V`` with P straight from registers. Per key tile ``i`` a consumer
+issues QK of tile ``i``, then PV of tile ``i - 1``, and runs the softmax of tile ``i`` while that
+PV GEMM is in flight (FA3's intra-warpgroup overlap); the two consumers take turns issuing their
+GEMMs (named barriers, ping-pong). The producer issues K of tile ``i + 1`` before V of tile ``i``.
 
 Per CTA the key tiles that hold visible keys (causal, and ``d <= window`` for a sliding layer)
 are computed up front and walked from the diagonal downwards; nothing else is loaded. The key
 tiles split into *band* tiles (a diagonal, window-edge or bias tile: some element is masked or
 has ``0 <= d < E``) and *plain* tiles (every element visible and ``d >= E``). Plain tiles run
 the bias-free loop body, with ``softmax_scale * log2(e)`` folded into the exp2 multiply-add.
-For a band tile that meets ``0 <= d < E`` the CTA stages, in shared memory, the slice of
-``rel_logits`` that the tile's rows can reach (per row: ``tile_n + 8`` distances, aligned down
-to 16 bytes), issued with ``cp.async`` before the QK GEMM so the loads overlap it; the softmax
-then reads one shared-memory element per score.
+Band tiles that meet ``0 <= d < E`` are the first ``num_band`` of the walk; for each the producer
+stages, in shared memory, the slice of ``rel_logits`` the tile's rows can reach (per row:
+``tile_n + 8`` distances, aligned down to 16 bytes) as soon as the bias buffer is free; the
+softmax then reads one shared-memory element per score.
 
-K and V are gathered through the block table with ``cp.async`` (16 bytes a copy, rows past the
-request's length zero-filled), double-buffered: the loads of the next key tile are in flight
-while the current one is multiplied. Q is gathered the same way (its packed rows are not a
-box a tensor copy can express for every group size).
+K/V rows past the request's length copy its last row (finite, always masked), so a NaN in an
+unused slot never meets a zero probability; the 16 producer lanes that copy one column chunk
+of a tile's rows each look up one row's page and pass the row offsets around with shuffles. Q is
+gathered by the consumers with ``cp.async``, once per CTA (its packed rows are not a box a
+tensor copy can express for every group size).
 
 Shapes (T tokens, B requests, Hq / Hkv heads, D = head_dim, E = rel_extent):
 q, out (T, Hq, D); key_cache, value_cache (num_blocks, page_size, Hkv, D); block_table
@@ -48,17 +57,13 @@ LOG2_E = math.log2(math.e)
 CHUNK = 8
 #: shared-memory stages of K and of V
 STAGES = 2
-#: shared-memory stages of the staged bias (two: 8-byte copies, so that both fit with Q, K and V)
-BIAS_STAGES = 2
 #: the producer warpgroup (warps 0-3); the consumer warpgroups follow it
 PRODUCER_THREADS = 128
-#: work tiles (M tile, KV head, request) per CTA, when there are at least PAIR_MIN_WORK of them
-TILES_PER_CTA = 2
-#: two CTAs' worth of work tiles per SM of an H100 / H200 (132 SMs): a speed threshold only
-PAIR_MIN_WORK = 2 * 132
-#: lanes that copy one column chunk of the same rows of a tile (head_dim / 8 of them)
+#: named barriers (0 is the CTA barrier): the consumers' Q load, then one per consumer warpgroup
+#: for the ping-pong schedule
+BAR_Q = 1
+#: lanes that copy one column chunk of the same rows of a key tile (head_dim / 8 of them)
 ROW_LANES = 16
-#: named barriers (0 is the CTA barrier): one per consumer warpgroup for the ping-pong schedule
 BAR_SCHED = 2
 
 
@@ -84,16 +89,14 @@ class CuteFwdConfig:
 
     @property
     def bias_width(self) -> int:
-        """Distances staged per row of a band tile (with the default two bias stages): the tile's
-        ``tile_n`` plus 8 bytes of slop."""
-        return self.tile_n + CHUNK // 2
-
+        """Distances staged per row of a band tile: the tile's ``tile_n`` plus 16 bytes of slop."""
+        return self.tile_n + CHUNK
 
     def smem_bytes(self) -> int:
         elem = 2
         q = self.tile_m * self.head_dim * elem
         kv = 2 * STAGES * self.tile_n * self.head_dim * elem
-        bias = BIAS_STAGES * self.tile_m * self.bias_width * elem
+        bias = self.tile_m * self.bias_width * elem
         return q + kv + bias
 
 
@@ -139,13 +142,6 @@ def _shuffle_i64(value, lane, width: cutlass.Constexpr):
     return cell[0]
 
 
-def _tree(op, values: list):
-    """``op`` folded over ``values`` pairwise (a tree of depth log2(n): independent operations)."""
-    while len(values) > 1:
-        values = [op(values[k], values[k + 1]) for k in range(0, len(values) - 1, 2)] + values[len(values) & ~1 :]
-    return values[0]
-
-
 def _state(stages: int, count, index, phase) -> pipeline.PipelineState:
     """The pipeline position of use number ``count``, from values the caller computes."""
     return pipeline.PipelineState(stages, Int32(count), Int32(index), Int32(phase))
@@ -156,19 +152,10 @@ class RelAttnFwdSm90:
 
     ``pingpong``: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so
     one's softmax runs under the other's tensor-core work. ``producer_regs`` / ``consumer_regs``:
-    the ``setmaxnreg`` split of the register file (128 * p + 256 * c <= 65536). ``bias_tiles``:
-    tiles where every key is visible and every distance is below E add the bias without the mask.
-    ``bias_stages``: bias buffers (2: the producer stages a band tile's bias one tile earlier).
-    ``tiles_per_cta``: work tiles (M tile, KV head, request) one CTA computes in turn, dealt in a
-    snake; its producer loads the next tile's Q and first key tiles while the consumers finish one;
-    only when there are at least ``pair_min_work`` work tiles (else one a CTA).
-    ``debug_all_plain``: run every tile as a plain tile (wrong results: the no-bias, no-mask floor
-    of this schedule, for timing only)."""
+    the ``setmaxnreg`` split of the register file (128 * p + 256 * c <= 65536)."""
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
-                 consumer_regs: int = 240, bias_tiles: bool = True, bias_stages: int = BIAS_STAGES,
-                 tiles_per_cta: int = TILES_PER_CTA, pair_min_work: int = PAIR_MIN_WORK,
-                 debug_all_plain: bool = False):  # fmt: skip
+                 consumer_regs: int = 240):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -181,19 +168,8 @@ class RelAttnFwdSm90:
         self.group = config.q_per_kv
         self.num_mma_threads = config.num_mma_threads
         self.num_threads = config.num_threads
-        if bias_stages not in (1, 2):
-            raise ValueError(f"bias_stages is {bias_stages}; 1 or 2")
-        self.bias_stages = bias_stages
-        # elements of one bias copy: 16 bytes with one stage; 8 bytes with two (less slop per row)
-        self.bias_chunk = CHUNK if bias_stages == 1 else CHUNK // 2
-        self.bias_width = self.tile_n + self.bias_chunk
+        self.bias_width = config.bias_width
         self.pingpong = pingpong
-        self.bias_tiles = bias_tiles
-        if tiles_per_cta < 1:
-            raise ValueError(f"tiles_per_cta is {tiles_per_cta}; at least 1")
-        self.tiles_per_cta = tiles_per_cta
-        self.pair_min_work = pair_min_work
-        self.debug_all_plain = debug_all_plain
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -241,48 +217,33 @@ class RelAttnFwdSm90:
         )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
         sKV_layout = self._smem_layout(self.tile_n, STAGES)
-        w, S = self.bias_width, self.bias_stages
-        sB_layout = cute.make_layout((self.tile_m, w, S), stride=(w, 1, self.tile_m * w))
+        sB_layout = cute.make_layout((self.tile_m, self.bias_width), stride=(self.bias_width, 1))
 
         @cute.struct
         class SharedStorage:
-            # the 1024-byte aligned tiles first: no padding (two bias stages leave ~900 bytes spare)
+            mbar_k: cute.struct.MemRange[Int64, 2 * STAGES]
+            mbar_v: cute.struct.MemRange[Int64, 2 * STAGES]
+            mbar_b: cute.struct.MemRange[Int64, 2]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sB_layout)], 128]
-            mbar_k: cute.struct.MemRange[Int64, 2 * STAGES]
-            mbar_v: cute.struct.MemRange[Int64, 2 * STAGES]
-            mbar_b: cute.struct.MemRange[Int64, 2 * S]
-            mbar_q: cute.struct.MemRange[Int64, 2]
 
         copy_atom = cute.make_copy_atom(
             cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.dtype, num_bits_per_copy=128
         )
-        copy_bias = cute.make_copy_atom(
-            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL if self.bias_chunk == CHUNK else cpasync.LoadCacheMode.ALWAYS),
-            self.dtype, num_bits_per_copy=16 * self.bias_chunk,
-        )  # fmt: skip
-        copy_rows = self._tiled_copy(copy_atom, PRODUCER_THREADS)
+        copy_q = self._tiled_copy(copy_atom, self.num_mma_threads)
+        copy_kv = self._tiled_copy(copy_atom, PRODUCER_THREADS)
 
         num_kv_heads = mK.shape[2]
         num_reqs = mSeqlens.shape[0]
         grid_m = (max_seqlen_q * self.group + self.tile_m - 1) // self.tile_m
-        num_work = grid_m * num_kv_heads * num_reqs
-        # several tiles a CTA only when that still leaves two CTAs' worth of tiles per SM (decode
-        # batches keep one tile a CTA: their few CTAs are better spread over the SMs)
-        per_cta = Int32(1)
-        if num_work >= self.pair_min_work:
-            per_cta = Int32(self.tiles_per_cta)
         scale_log2 = softmax_scale * LOG2_E
         page_div = cute.FastDivmodDivisor(mK.shape[1])
         self.kernel(
-            mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div, num_work, per_cta,
-            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_rows, copy_atom, copy_bias, SharedStorage,
-        ).launch(
-            grid=[(num_work + per_cta - 1) // per_cta, 1, 1], block=[self.num_threads, 1, 1],
-            stream=stream,
-        )  # fmt: skip
+            mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
+            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, SharedStorage,
+        ).launch(grid=[grid_m, num_kv_heads, num_reqs], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
     # device side
@@ -302,221 +263,149 @@ class RelAttnFwdSm90:
         scale_log2: Float32,
         window: Int32,
         page_div: cute.FastDivmodDivisor,
-        num_work: Int32,
-        per_cta: Int32,
         sQ_layout: cute.ComposedLayout,
         sKV_layout: cute.ComposedLayout,
         sB_layout: cute.Layout,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
-        copy_rows: cute.TiledCopy,
+        copy_q: cute.TiledCopy,
+        copy_kv: cute.TiledCopy,
         copy_atom: cute.CopyAtom,
-        copy_bias: cute.CopyAtom,
         SharedStorage: cutlass.Constexpr,
     ):
+        tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        smem = cutlass.memory.SmemAllocator()
-        storage = smem.allocate(SharedStorage)
-        producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
-        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
-        pipes = [
-            pipeline.PipelineCpAsync.create(
-                barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=producers, consumer_group=consumers,
-                defer_sync=True,
-            )  # fmt: skip
-            for bar, stages in (
-                (storage.mbar_k, STAGES), (storage.mbar_v, STAGES), (storage.mbar_b, self.bias_stages), (storage.mbar_q, 1)
-            )  # fmt: skip
-        ]
-        cute.arch.mbarrier_init_fence()
-        cute.arch.sync_threads()
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
-        sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
-        sB = storage.sB.get_tensor(sB_layout)
-        tensors = (mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel)
-        if warp_idx < PRODUCER_THREADS // 32:
-            cute.arch.setmaxregister_decrease(self.producer_regs)
-            self._produce(tensors, sQ, sK, sV, sB, window, page_div, num_work, per_cta, tidx, pipes, copy_rows,
-                          copy_atom, copy_bias)  # fmt: skip
-        else:
-            cute.arch.setmaxregister_increase(self.consumer_regs)
-            self._consume(tensors, sQ, sK, sV, sB, window, num_work, per_cta, scale_log2, tidx - PRODUCER_THREADS,
-                          pipes, tiled_mma_qk, tiled_mma_pv)  # fmt: skip
+        m_rev, kv_head, req = cute.arch.block_idx()
 
-    @cute.jit
-    def _work_item(self, w, num_work):
-        """Work item ``w`` of this CTA: ``per_cta`` items a CTA, dealt in a snake (CTA c of C gets
-        c, 2C - 1 - c, 2C + c, ...), so that under causality a long M tile pairs with a short one."""
-        cta, _, _ = cute.arch.block_idx()
-        ctas, _, _ = cute.arch.grid_dim()
-        t = w * ctas + cta
-        if w % 2 == 1:
-            t = w * ctas + ctas - 1 - cta
-        return t
-
-    @cute.jit
-    def _tile(self, t, num_work, tensors, window):
-        """The facts of work tile ``t`` (uniform over the CTA), as a tuple. Tiles are numbered with
-        the M tile slowest (``t = m_rev * heads * requests + request * heads + kv_head``), so that
-        every head's and request's last M tile (the longest under causality) comes first. A tile
-        past its request's rows has ``valid`` False and no key tiles. The metadata is clamped as
-        inkling_ops/metadata.py says (no change when it is valid)."""
-        mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel = tensors
-        tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
-        num_kv_heads = mK.shape[2]
-        hb = num_kv_heads * mSeqlens.shape[0]
-        tt = cutlass.min(t, num_work - 1)
-        m_rev = tt // hb
-        req = (tt % hb) // num_kv_heads
-        kv_head = tt % num_kv_heads
+        # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
         num_tokens = mQ.shape[0]
         q_start = cutlass.min(cutlass.max(mCuSeqlensQ[req], 0), num_tokens)
         q_end = cutlass.min(cutlass.max(mCuSeqlensQ[req + 1], q_start), num_tokens)
         q_len = q_end - q_start
-        capacity = mBlockTable.shape[1] * mK.shape[1]
+        page_size = mK.shape[1]
+        capacity = mBlockTable.shape[1] * page_size
         kv_len = cutlass.min(cutlass.max(mSeqlens[req], 0), capacity)
         num_m = (q_len * G + tile_m - 1) // tile_m
-        valid = t < num_work and m_rev < num_m
-        # the last M tile of a request (most keys under causality) first
-        m_block = cutlass.max(num_m - 1 - m_rev, 0)
-        offset = kv_len - q_len  # q_abs = offset + token
-        tok_lo = m_block * tile_m // G
-        tok_hi = cutlass.min((m_block * tile_m + tile_m - 1) // G, q_len - 1)
-        qa_lo = offset + tok_lo
-        qa_hi = offset + tok_hi
-        rel_extent = mRel.shape[2]
-        n_end = cutlass.min((qa_hi + 1 + tile_n - 1) // tile_n, (kv_len + tile_n - 1) // tile_n)
-        n_end = cutlass.max(n_end, 0)
-        n_begin = cutlass.max(qa_lo - window, 0) // tile_n
-        plain_lo = (cutlass.max(qa_hi - window, 0) + tile_n - 1) // tile_n
-        # plain tiles: every d >= E (so no bias, and visible under causality), inside the window
-        plain_hi = cutlass.min(cutlass.max(qa_lo - rel_extent + 1, 0) // tile_n, n_end)
-        plain_lo = cutlass.max(plain_lo, n_begin)
-        # bias-only tiles: every key visible (d >= 0, inside the window) and every d < E
-        bias_lo = cutlass.max((cutlass.max(qa_hi - rel_extent + 1, 0) + tile_n - 1) // tile_n, plain_lo)
-        bias_hi = cutlass.min(cutlass.max(qa_lo + 1, 0) // tile_n, n_end)
-        if const_expr(not self.bias_tiles):
-            bias_hi = bias_lo
-        if const_expr(self.debug_all_plain):
-            plain_lo, plain_hi = n_begin, n_end
-        n_tiles = cutlass.max(n_end - n_begin, 0)
-        # band tiles that meet 0 <= d < E: key tile n with n * tile_n > qa_lo - E - tile_n + 1, a run
-        # at the top of the range, so the first num_band iterations (diagonal first) stage bias
-        lowest = qa_lo - rel_extent - tile_n + 1
-        n_band = Int32(0)
-        if lowest >= 0:
-            n_band = lowest // tile_n + 1
-        num_band = cutlass.max(n_end - cutlass.max(n_band, n_begin), 0)
-        if const_expr(self.debug_all_plain):
-            num_band = Int32(0)
-        if not valid:
-            n_tiles = Int32(0)
-            num_band = Int32(0)
-        info = (kv_head, req, q_start, q_len, kv_len, offset, m_block, n_end, n_tiles, num_band)
-        return valid, info, (plain_lo, plain_hi, bias_lo, bias_hi)
+        if m_rev < num_m:
+            # the last M tile of a request (most keys under causality) gets the lowest block index
+            m_block = num_m - 1 - m_rev
+            smem = cutlass.memory.SmemAllocator()
+            storage = smem.allocate(SharedStorage)
+            producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
+            consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
+            pipes = [
+                pipeline.PipelineCpAsync.create(
+                    barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=producers,
+                    consumer_group=consumers, defer_sync=True,
+                )  # fmt: skip
+                for bar, stages in ((storage.mbar_k, STAGES), (storage.mbar_v, STAGES), (storage.mbar_b, 1))
+            ]
+            cute.arch.mbarrier_init_fence()
+            cute.arch.sync_threads()
+            sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+            sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
+            sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
+            sB = storage.sB.get_tensor(sB_layout)
+
+            # -------- tile ranges (uniform over the CTA) --------
+            offset = kv_len - q_len  # q_abs = offset + token
+            tok_lo = m_block * tile_m // G
+            tok_hi = cutlass.min((m_block * tile_m + tile_m - 1) // G, q_len - 1)
+            qa_lo = offset + tok_lo
+            qa_hi = offset + tok_hi
+            rel_extent = mRel.shape[2]
+            n_end = cutlass.min((qa_hi + 1 + tile_n - 1) // tile_n, (kv_len + tile_n - 1) // tile_n)
+            n_end = cutlass.max(n_end, 0)
+            n_begin = cutlass.max(qa_lo - window, 0) // tile_n
+            plain_lo = (cutlass.max(qa_hi - window, 0) + tile_n - 1) // tile_n
+            # plain tiles: every d >= E (so no bias, and visible under causality), inside the window
+            plain_hi = cutlass.min(cutlass.max(qa_lo - rel_extent + 1, 0) // tile_n, n_end)
+            plain_lo = cutlass.max(plain_lo, n_begin)
+            n_tiles = cutlass.max(n_end - n_begin, 0)
+            # band tiles that meet 0 <= d < E: key tile n with n * tile_n > qa_lo - E - tile_n + 1, a
+            # run at the top of the range, so the first num_band iterations (diagonal first) stage bias
+            lowest = qa_lo - rel_extent - tile_n + 1
+            n_band = Int32(0)
+            if lowest >= 0:
+                n_band = lowest // tile_n + 1
+            num_band = cutlass.max(n_end - cutlass.max(n_band, n_begin), 0)
+            q_head0 = kv_head * G
+
+            if warp_idx < PRODUCER_THREADS // 32:
+                cute.arch.setmaxregister_decrease(self.producer_regs)
+                self._produce(
+                    mK, mV, mRel, sK, sV, sB, mBlockTable[req, None], page_div, kv_head, kv_len, q_start, q_len,
+                    q_head0, offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom,
+                )  # fmt: skip
+            else:
+                cute.arch.setmaxregister_increase(self.consumer_regs)
+                self._consume(
+                    mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
+                    plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2, tidx - PRODUCER_THREADS, pipes,
+                    tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom,
+                )  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
-    # producer warpgroup: Q, K, V and bias into shared memory
+    # producer warpgroup: K, V and bias into shared memory
     # ---------------------------------------------------------------------------------------------
 
     @cute.jit
-    def _produce(self, tensors, sQ, sK, sV, sB, window, page_div, num_work, per_cta, tidx, pipes, copy_rows,
-                 copy_atom, copy_bias):  # fmt: skip
-        """For each work tile: Q, then the key tiles in the order the consumers use them: K of the
-        next tile before V of the current one (QK of tile i + 1 is issued before PV of tile i), the
-        bias of a band tile as soon as its buffer is free. Pipeline positions run on over the
-        CTA's work tiles (``kv_count``, ``b_count``, ``q_count``)."""
-        mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel = tensors
-        pipe_k, pipe_v, pipe_b, pipe_q = pipes
-        thr_copy = copy_rows.get_slice(tidx)
+    def _produce(self, mK, mV, mRel, sK, sV, sB, block_row, page_div, kv_head, kv_len, q_start, q_len, q_head0,
+                 offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom):  # fmt: skip
+        """Issue the loads in the order the consumers use them: K of the next tile before V of the
+        current one (QK of tile i + 1 is issued before PV of tile i), the bias of a band tile after."""
+        pipe_k, pipe_v, pipe_b = pipes
+        thr_copy = copy_kv.get_slice(tidx)
         tTcT = thr_copy.partition_S(cute.make_identity_tensor((self.tile_n, self.head_dim)))
         num_blocks = mK.shape[0]
-        rel_extent = mRel.shape[2]
-        kv_count = Int32(0)
-        b_count = Int32(0)
-        q_count = Int32(0)
-        for w in cutlass.range(per_cta, unroll=1):
-            valid, info, _ = self._tile(self._work_item(w, num_work), num_work, tensors, window)
-            kv_head, req, q_start, q_len, kv_len, offset, m_block, n_end, n_tiles, num_band = info
-            q_head0 = kv_head * self.group
-            block_row = mBlockTable[req, None]
-            if valid:
-                # Q: packed rows past the request copy its last row (finite, never written out)
-                state = _state(1, q_count, 0, (q_count % 2) ^ 1)
-                pipe_q.producer_acquire(state)
-                row = m_block * self.tile_m + self._own_row(tTcT)
-                tok = cutlass.min(row // self.group, q_len - 1)
-                own = cute.crd2idx((q_start + tok, q_head0 + row % self.group, 0), mQ.layout)
-                self._gather(mQ, sQ, own, thr_copy, tTcT, copy_atom)
-                pipe_q.producer_commit(state)
-            if n_tiles > 0:
-                self._load_rows(mK, sK, kv_count, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
-                                thr_copy, tTcT, copy_atom)  # fmt: skip
-                if num_band > 0:
-                    self._load_bias(mRel, sB, b_count, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_bias)  # fmt: skip
-                for it in cutlass.range(n_tiles, unroll=1):
-                    n = n_end - 1 - it
-                    if it + 1 < n_tiles:
-                        self._load_rows(mK, sK, kv_count + it + 1, pipe_k, block_row, num_blocks, page_div, kv_head,
-                                        kv_len, n - 1, thr_copy, tTcT, copy_atom)  # fmt: skip
-                    # with two bias buffers, tile it + 1's is free before V of tile it is (softmax
-                    # of it - 1 frees it, PV of it - 2 frees V's): bias first; with one, after V
-                    if const_expr(self.bias_stages > 1):
-                        if it + 1 < num_band:
-                            self._load_bias(mRel, sB, b_count + it + 1, pipe_b, q_start, q_len, q_head0, offset,
-                                            m_block, (n - 1) * self.tile_n, rel_extent, tidx, copy_bias)  # fmt: skip
-                    self._load_rows(mV, sV, kv_count + it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n,
+        if n_tiles > 0:
+            self._load_rows(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1, thr_copy,
+                            tTcT, copy_atom)  # fmt: skip
+            if num_band > 0:
+                self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block, (n_end - 1) * self.tile_n,
+                                rel_extent, tidx, copy_atom)  # fmt: skip
+            for it in cutlass.range(n_tiles, unroll=1):
+                n = n_end - 1 - it
+                if it + 1 < n_tiles:
+                    self._load_rows(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n - 1,
                                     thr_copy, tTcT, copy_atom)  # fmt: skip
-                    if const_expr(self.bias_stages == 1):
-                        if it + 1 < num_band:
-                            self._load_bias(mRel, sB, b_count + it + 1, pipe_b, q_start, q_len, q_head0, offset,
-                                            m_block, (n - 1) * self.tile_n, rel_extent, tidx, copy_bias)  # fmt: skip
-            kv_count += n_tiles
-            b_count += num_band
-            q_count += cutlass.select_(valid, Int32(1), Int32(0))
+                self._load_rows(mV, sV, it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
+                                copy_atom)  # fmt: skip
+                if it + 1 < num_band:
+                    self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                    (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
 
     @cute.jit
-    def _own_row(self, tTcT):
-        """The tile row whose global offset this producer thread looks up: the thread's first row
-        plus 8 times its lane in its 16-lane row group (lane ``m`` looks up the row of copy ``m``)."""
-        lane = cute.arch.lane_idx() % ROW_LANES
-        return tTcT[0, 0, 0][0] + lane * (PRODUCER_THREADS // ROW_LANES)
+    def _load_rows(self, mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
+                   copy_atom):  # fmt: skip
+        """Wait for stage ``it % STAGES`` to be free, cp.async key tile ``n`` of ``mX`` (K or V) into
+        it, and arrive on its full barrier when the copies land. Rows past ``kv_len`` copy row
+        ``kv_len - 1`` (finite, always masked: never a NaN from an unused slot); page ids are clamped
+        into the cache, as inkling_ops/metadata.py says.
 
-    @cute.jit
-    def _gather(self, mX, sX, own_offset, thr_copy, tTcT, copy_atom):
-        """cp.async the 16 row chunks of this thread into ``sX`` (a (rows, head_dim) tile); the
-        16 lanes of a row group each looked up one of their rows (``own_offset``, in elements of
-        ``mX``) and pass it around with shuffles, so a copy costs a shuffle pair and the cp.async."""
-        tXsX = thr_copy.partition_D(sX)
+        The 16 lanes that copy one column chunk of rows ``r0 + 8 m`` (m < 16) look up one of those
+        rows each (lane ``m``: one division, one block-table load) and pass the row's offset around
+        with shuffles, so a copy costs a shuffle pair and the cp.async."""
+        stage = it % STAGES
+        state = _state(STAGES, it, stage, ((it // STAGES) % 2) ^ 1)
+        lane = cute.arch.lane_idx() % ROW_LANES
+        j = cutlass.min(n * self.tile_n + tTcT[0, 0, 0][0] + lane * (PRODUCER_THREADS // ROW_LANES), kv_len - 1)
+        page_idx, slot = divmod(j, page_div)
+        page = cutlass.min(cutlass.max(block_row[page_idx], 0), num_blocks - 1)
+        row_offset = cute.crd2idx((page, slot, kv_head, 0), mX.layout)
+        pipe.producer_acquire(state)
+        tXsX = thr_copy.partition_D(sX[None, None, stage])
         col = tTcT[0, 0, 0][1]
         for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
             dst = tXsX[None, m, 0]
-            address = (mX.iterator + (_shuffle_i64(own_offset, m, ROW_LANES) + col)).toint()
+            address = (mX.iterator + (_shuffle_i64(row_offset, m, ROW_LANES) + col)).toint()
             src = cute.make_tensor(cute.make_ptr(mX.element_type, address, cute.AddressSpace.gmem, assumed_align=16),
                                    dst.layout)  # fmt: skip
             cute.copy(copy_atom, src, dst)
-
-    @cute.jit
-    def _load_rows(self, mX, sX, count, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
-                   copy_atom):  # fmt: skip
-        """Wait for stage ``count % STAGES`` to be free, cp.async key tile ``n`` of ``mX`` (K or V)
-        into it, and arrive on its full barrier when the copies land. Rows past ``kv_len`` copy row
-        ``kv_len - 1`` (finite, always masked: never a NaN from an unused slot); page ids are clamped
-        into the cache, as inkling_ops/metadata.py says."""
-        stage = count % STAGES
-        state = _state(STAGES, count, stage, ((count // STAGES) % 2) ^ 1)
-        j = cutlass.min(n * self.tile_n + self._own_row(tTcT), kv_len - 1)
-        page_idx, slot = divmod(j, page_div)
-        page = cutlass.min(cutlass.max(block_row[page_idx], 0), num_blocks - 1)
-        own = cute.crd2idx((page, slot, kv_head, 0), mX.layout)
-        pipe.producer_acquire(state)
-        self._gather(mX, sX[None, None, stage], own, thr_copy, tTcT, copy_atom)
         pipe.producer_commit(state)
 
     @cute.jit
@@ -524,27 +413,25 @@ class RelAttnFwdSm90:
                    copy_atom):  # fmt: skip
         """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
         thread), the distances ``[d0, d0 + bias_width)`` of its rel_logits row,
-        ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to ``bias_chunk``: the slice key tile ``n0``
-        can reach. Chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
-        S, chunk = self.bias_stages, self.bias_chunk
-        state = _state(S, it, it % S, ((it // S) % 2) ^ 1)
+        ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
+        16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
+        state = _state(1, it, 0, (it % 2) ^ 1)
         pipe.producer_acquire(state)
-        sB_stage = sB[None, None, it % S]
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
             tok = row // self.group
-            d0 = (offset + tok - n0 - self.tile_n + 1) & ~(chunk - 1)
+            d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
             if tok < q_len:
                 src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
-                for k in cutlass.range_constexpr(self.bias_width // chunk):
-                    d = d0 + k * chunk
+                for k in cutlass.range_constexpr(self.bias_width // CHUNK):
+                    d = d0 + k * CHUNK
                     if d >= 0 and d < rel_extent:
-                        address = (sB_stage.iterator + (r * self.bias_width + k * chunk)).toint()
-                        dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=2 * chunk)
-                        dst = cute.make_tensor(dst_ptr, cute.make_layout(chunk))
+                        address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
+                        dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
+                        dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
                         src_address = (src_row.iterator + d).toint()
-                        src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=2 * chunk)
+                        src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=16)
                         cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
         pipe.producer_commit(state)
 
@@ -553,19 +440,37 @@ class RelAttnFwdSm90:
     # ---------------------------------------------------------------------------------------------
 
     @cute.jit
-    def _consume(self, tensors, sQ, sK, sV, sB, window, num_work, per_cta, scale_log2, tidx, pipes, tiled_mma_qk,
-                 tiled_mma_pv):  # fmt: skip
-        """For each work tile, per key tile ``i`` (FA3's intra-warpgroup overlap): issue
-        ``S_i = Q K_i^T``, issue ``O += P_{i-1} V_{i-1}``, wait for S_i, mask / bias / online softmax
-        of S_i while the PV GEMM runs, wait for it, rescale O; then write O / row sums. ``tidx``
-        counts from the first consumer thread."""
-        mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel = tensors
+    def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
+                 plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2, tidx, pipes, tiled_mma_qk, tiled_mma_pv,
+                 copy_q, copy_atom):  # fmt: skip
+        """Per key tile ``i`` (FA3's intra-warpgroup overlap): issue ``S_i = Q K_i^T``, issue
+        ``O += P_{i-1} V_{i-1}``, wait for S_i, mask / bias / online softmax of S_i while the PV GEMM
+        runs, wait for it, rescale O. ``tidx`` counts from the first consumer thread."""
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
-        pipe_k, pipe_v, pipe_b, pipe_q = pipes
-        rel_extent = mRel.shape[2]
+        pipe_k, pipe_v, pipe_b = pipes
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
         # V seen as the (head_dim, tile_n) B operand of O += P V
         sVt = cute.composition(sV, cute.make_ordered_layout((self.head_dim, tile_n, STAGES), order=(1, 0, 2)))
+
+        # -------- Q: each consumer thread gathers its share, once --------
+        thr_copy = copy_q.get_slice(tidx)
+        cQ = cute.make_identity_tensor((tile_m, self.head_dim))
+        tQcQ = thr_copy.partition_S(cQ)
+        tQsQ = thr_copy.partition_D(sQ)
+        for m in cutlass.range_constexpr(cute.size(tQsQ, mode=[1])):
+            row = m_block * tile_m + tQcQ[0, m, 0][0]
+            tok = row // G
+            col = tQcQ[0, m, 0][1]
+            dst = tQsQ[None, m, 0]
+            if tok < q_len:
+                src = self._gmem_chunk(mQ, (q_start + tok, q_head0 + row % G, col), dst)
+                cute.copy(copy_atom, src, dst)
+            else:
+                dst.fill(0.0)
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=BAR_Q, number_of_threads=self.num_mma_threads)
 
         # -------- MMA partitions --------
         wg_layout = cute.make_layout(tile_m // 64, stride=128)
@@ -576,6 +481,7 @@ class RelAttnFwdSm90:
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
         tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
         acc_O = cute.make_rmem_tensor(tiled_mma_pv.partition_shape_C((tile_m, self.head_dim)), Float32)
+        acc_O.fill(0.0)
         acc_S_shape = tiled_mma_qk.partition_shape_C((tile_m, tile_n))
         acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
         rP = cute.make_rmem_tensor(_acc_as_operand_a(acc_S.layout).shape, self.dtype)
@@ -587,111 +493,74 @@ class RelAttnFwdSm90:
         row_max = cute.make_rmem_tensor(num_rows, Float32)
         row_sum = cute.make_rmem_tensor(num_rows, Float32)
         row_scale = cute.make_rmem_tensor(num_rows, Float32)
+        row_max.fill(-Float32.inf)
+        row_sum.fill(0.0)
+        # q_abs of each of this thread's rows
         row_qabs = cute.make_rmem_tensor(num_rows, Int32)
-        kv_count = Int32(0)
-        b_count = Int32(0)
-        q_count = Int32(0)
-        for w in cutlass.range(per_cta, unroll=1):
-            valid, info, classes = self._tile(self._work_item(w, num_work), num_work, tensors, window)
-            kv_head, req, q_start, q_len, kv_len, offset, m_block, n_end, n_tiles, num_band = info
-            q_head0 = kv_head * G
-            if valid:
-                acc_O.fill(0.0)
-                row_max.fill(-Float32.inf)
-                row_sum.fill(0.0)
-                # q_abs of each of this thread's rows
-                for i in cutlass.range_constexpr(num_rows):
-                    row_qabs[i] = offset + (m_block * tile_m + tScS_mn[i, 0][0]) // G
-                q_state = _state(1, q_count, 0, q_count % 2)
-                self._wait_tile(pipe_q, q_state)
-                if n_tiles > 0:
-                    self._key_tiles(acc_S, acc_O, rP, tSrQ, tSrK, tOrVt, row_max, row_sum, row_scale, row_qabs,
-                                    tScS_mn, sB, pipes, kv_count, b_count, n_end, n_tiles, num_band, classes,
-                                    rel_extent, window, kv_len, scale_log2, wg_idx, tiled_mma_qk, tiled_mma_pv)  # fmt: skip
-                # every QK GEMM of the tile is done: the producer may load the next tile's Q
-                pipe_q.consumer_release(q_state)
-                self._epilogue(mO, acc_O, row_sum, q_start, q_len, q_head0, m_block, tidx, tiled_mma_pv)
-            kv_count += n_tiles
-            b_count += num_band
-            q_count += cutlass.select_(valid, Int32(1), Int32(0))
+        for i in cutlass.range_constexpr(num_rows):
+            row_qabs[i] = offset + (m_block * tile_m + tScS_mn[i, 0][0]) // G
 
-    @cute.jit
-    def _key_tiles(self, acc_S, acc_O, rP, tSrQ, tSrK, tOrVt, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB,
-                   pipes, kv_count, b_count, n_end, n_tiles, num_band, classes, rel_extent, window, kv_len, scale_log2,
-                   wg_idx, tiled_mma_qk, tiled_mma_pv):  # fmt: skip
-        """The key-tile loop of one work tile (``n_tiles > 0``); K/V pipeline positions start at
-        ``kv_count``, the bias's at ``b_count``."""
-        pipe_k, pipe_v, pipe_b, pipe_q = pipes
-        num_rows = cute.size(tScS_mn, mode=[0])
-        if const_expr(self.pingpong):
-            if wg_idx == 0:
-                cute.arch.barrier_arrive(barrier_id=BAR_SCHED, number_of_threads=self.num_mma_threads)
-        # first key tile: S_0 and its softmax (O is zero, nothing to rescale)
-        c0 = kv_count
-        k_first = _state(STAGES, c0, c0 % STAGES, (c0 // STAGES) % 2)
-        self._wait_tile(pipe_k, k_first)
-        self._sched_wait(wg_idx)
-        self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, c0 % STAGES], True)
-        self._sched_signal(wg_idx, True)
-        warpgroup.wait_group(0)
-        pipe_k.consumer_release(k_first)
-        self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, b_count, n_end - 1,
-                     num_band, classes, rel_extent, window, kv_len, scale_log2)  # fmt: skip
-        self._to_operand(acc_S, rP)
-
-        for it in cutlass.range(1, n_tiles, unroll=1):
-            n = n_end - 1 - it
-            c = kv_count + it
-            k_state = _state(STAGES, c, c % STAGES, (c // STAGES) % 2)
-            v_state = _state(STAGES, c - 1, (c - 1) % STAGES, ((c - 1) // STAGES) % 2)
-            self._wait_tile(pipe_k, k_state)
+        if n_tiles > 0:
+            if const_expr(self.pingpong):
+                if wg_idx == 0:
+                    cute.arch.barrier_arrive(barrier_id=BAR_SCHED, number_of_threads=self.num_mma_threads)
+            # first tile: S_0, its softmax (O is zero, nothing to rescale)
+            k_first = _state(STAGES, Int32(0), Int32(0), Int32(0))
+            self._wait_tile(pipe_k, k_first)
             self._sched_wait(wg_idx)
-            self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, c % STAGES], True)
-            self._wait_tile(pipe_v, v_state)
-            self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, (c - 1) % STAGES], False)
+            self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
             self._sched_signal(wg_idx, True)
-            warpgroup.wait_group(1)
-            pipe_k.consumer_release(k_state)
-            self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, b_count, n, num_band,
-                         classes, rel_extent, window, kv_len, scale_log2)  # fmt: skip
             warpgroup.wait_group(0)
-            pipe_v.consumer_release(v_state)
-            # rescale O only where a row max moved (exact: a factor of 1 is skipped), per warp
-            moved = row_scale[0] != Float32(1.0)
-            for i in cutlass.range_constexpr(1, num_rows):
-                moved = moved or row_scale[i] != Float32(1.0)
-            if cute.arch.vote_any_sync(moved):
+            pipe_k.consumer_release(k_first)
+            self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
+                         plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
+            self._to_operand(acc_S, rP)
+
+            for it in cutlass.range(1, n_tiles, unroll=1):
+                n = n_end - 1 - it
+                stage = it % STAGES
+                k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
+                v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
+                self._wait_tile(pipe_k, k_state)
+                self._sched_wait(wg_idx)
+                self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], True)
+                self._wait_tile(pipe_v, v_state)
+                self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
+                self._sched_signal(wg_idx, True)
+                warpgroup.wait_group(1)
+                pipe_k.consumer_release(k_state)
+                self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
+                             plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
+                warpgroup.wait_group(0)
+                pipe_v.consumer_release(v_state)
                 acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
                 for i in cutlass.range_constexpr(num_rows):
                     for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
                         acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
-            self._to_operand(acc_S, rP)
+                self._to_operand(acc_S, rP)
 
-        # last PV
-        c = kv_count + n_tiles - 1
-        v_last = _state(STAGES, c, c % STAGES, (c // STAGES) % 2)
-        self._wait_tile(pipe_v, v_last)
-        self._sched_wait(wg_idx)
-        self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, c % STAGES], False)
-        self._sched_signal(wg_idx, False)
-        warpgroup.wait_group(0)
-        pipe_v.consumer_release(v_last)
+            # last PV
+            last = n_tiles - 1
+            v_last = _state(STAGES, last, last % STAGES, (last // STAGES) % 2)
+            self._wait_tile(pipe_v, v_last)
+            self._sched_wait(wg_idx)
+            self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
+            self._sched_signal(wg_idx, False)
+            warpgroup.wait_group(0)
+            pipe_v.consumer_release(v_last)
 
-    @cute.jit
-    def _epilogue(self, mO, acc_O, row_sum, q_start, q_len, q_head0, m_block, tidx, tiled_mma_pv):
-        """O / row_sum into ``out``, rows of this request only (pairs of columns: 4-byte stores)."""
-        G = self.group
+        # -------- epilogue: O / row_sum, rows of this request only --------
         acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
-        cO = cute.make_identity_tensor((self.tile_m, self.head_dim))
+        cO = cute.make_identity_tensor((tile_m, self.head_dim))
         thr_mma_pv = tiled_mma_pv.get_slice(tidx)
         tOcO = thr_mma_pv.partition_C(cO)
         tOcO_mn = cute.make_tensor(tOcO.iterator, _acc_mn_layout(tOcO.layout))
-        for i in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[0])):
+        for i in cutlass.range_constexpr(num_rows):
             total = cute.arch.warp_reduction_sum(row_sum[i], threads_in_group=4)
             inv = Float32(0.0)
             if total > 0.0:
                 inv = 1.0 / total
-            row = m_block * self.tile_m + tOcO_mn[i, 0][0]
+            row = m_block * tile_m + tOcO_mn[i, 0][0]
             tok = row // G
             if tok < q_len:
                 out_row = mO[q_start + tok, q_head0 + row % G, None]
@@ -723,59 +592,39 @@ class RelAttnFwdSm90:
                     cute.arch.barrier_arrive(barrier_id=BAR_SCHED + 1, number_of_threads=self.num_mma_threads)
 
     @cute.jit
-    def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, b_count, n, num_band,
-                classes, rel_extent, window, kv_len, scale_log2):  # fmt: skip
-        """Scores of key tile ``n`` (iteration ``it`` of the work tile, bias pipeline position
-        ``b_count + it``) to probabilities, in place. Plain tiles only
-        scale; bias-only tiles add the staged bias to every score; the other band tiles mask and add
-        the bias where ``d < E``. Biased scores are formed in natural units
-        (``s * softmax_scale + bias``, one FMA) and turned into log2 units in the softmax's exp2."""
+    def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, plain_lo,
+                plain_hi, rel_extent, window, kv_len, scale_log2):  # fmt: skip
+        """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place: plain tiles scale
+        only; band tiles mask and add the staged bias (waiting for it when the tile stages any)."""
         tile_n = self.tile_n
-        plain_lo, plain_hi, bias_lo, bias_hi = classes
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
         if is_plain:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
         else:
-            softmax_scale = scale_log2 * Float32(1.0 / LOG2_E)
             in_band = it < num_band
-            S = self.bias_stages
-            b = b_count + it
-            b_state = _state(S, b, b % S, (b // S) % 2)
-            sB_stage = sB[None, None, b % S]
+            b_state = _state(1, it, 0, it % 2)
             if in_band:
                 pipe_b.consumer_wait(b_state)
             n0 = n * tile_n
             num_rows = cute.size(tScS_mn, mode=[0])
-            num_cols = cute.size(tScS_mn, mode=[1])
-            if n >= bias_lo and n < bias_hi:
-                for i in cutlass.range_constexpr(num_rows):
-                    qa = row_qabs[i]
-                    r = tScS_mn[i, 0][0]
-                    base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(self.bias_chunk - 1))
-                    for j in cutlass.range_constexpr(num_cols):
-                        bias = sB_stage[r, base - tScS_mn[0, j][1]].to(Float32)
-                        acc_S_mn[i, j] = acc_S_mn[i, j] * softmax_scale + bias
-            else:
-                for i in cutlass.range_constexpr(num_rows):
-                    r = tScS_mn[i, 0][0]
-                    # column c has distance d = t - c; the row's visible columns are [lo, hi]
-                    # (d <= window, d >= 0, key < kv_len) and its biased ones c > t - E
-                    t = row_qabs[i] - n0
-                    lo = t - window
-                    hi = cutlass.min(t, kv_len - n0 - 1)
-                    unbiased = t - rel_extent
-                    # column of distance t in this row's staged slice
-                    base = t - ((t - tile_n + 1) & ~(self.bias_chunk - 1))
-                    for j in cutlass.range_constexpr(num_cols):
-                        c = tScS_mn[0, j][1]
-                        # always in bounds of the staged slice; unstaged distances are selected away
-                        bias = sB_stage[r, base - c].to(Float32)
-                        s = acc_S_mn[i, j] * softmax_scale + cutlass.select_(c > unbiased, bias, Float32(0.0))
-                        acc_S_mn[i, j] = s if c >= lo and c <= hi else -Float32.inf
+            # scores in log2 units, masked and biased
+            for i in cutlass.range_constexpr(num_rows):
+                qa = row_qabs[i]
+                r = tScS_mn[i, 0][0]
+                # column of distance d = qa - n0 in this row's staged slice
+                base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
+                for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
+                    c = tScS_mn[0, j][1]
+                    d = qa - n0 - c
+                    # always in bounds of the staged slice; unstaged distances are selected away
+                    bias = sB[r, base - c].to(Float32) * LOG2_E
+                    s = acc_S_mn[i, j] * scale_log2 + cutlass.select_(d < rel_extent, bias, Float32(0.0))
+                    visible = d >= 0 and d <= window and n0 + c < kv_len
+                    acc_S_mn[i, j] = s if visible else -Float32.inf
             if in_band:
                 pipe_b.consumer_release(b_state)
-            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
+            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
 
     @cute.jit
     def _to_operand(self, acc_S, rP):
@@ -783,6 +632,14 @@ class RelAttnFwdSm90:
         rP_flat = cute.make_tensor(rP.iterator, cute.make_layout(cute.size(rP)))
         acc_flat = cute.make_tensor(acc_S.iterator, cute.make_layout(cute.size(acc_S)))
         rP_flat.store(acc_flat.load().to(self.dtype))
+
+    @cute.jit
+    def _gmem_chunk(self, mX: cute.Tensor, coord, like: cute.Tensor) -> cute.Tensor:
+        """The 16-byte chunk of ``mX`` that starts at ``coord``, laid out as ``like``."""
+        offset = cute.crd2idx(coord, mX.layout)
+        address = (mX.iterator + offset).toint()
+        ptr = cute.make_ptr(mX.element_type, address, cute.AddressSpace.gmem, assumed_align=16)
+        return cute.make_tensor(ptr, like.layout)
 
     @cute.jit
     def _gemm(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr):
@@ -800,9 +657,10 @@ class RelAttnFwdSm90:
         """Online softmax over one tile of scores ``s_mn`` (rows, cols), in place (scores become
         probabilities); ``scale`` turns a score into log2 units (1 when it already is). The factor
         the running O must be multiplied by goes to ``row_scale``."""
-        num_cols = cute.size(s_mn, mode=[1])
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            tile_max = _tree(cute.arch.fmax, [s_mn[i, j] for j in range(num_cols)])
+            tile_max = s_mn[i, 0]
+            for j in cutlass.range_constexpr(1, cute.size(s_mn, mode=[1])):
+                tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
             tile_max = cute.arch.warp_reduction_max(tile_max, threads_in_group=4)
             new_max = cute.arch.fmax(row_max[i], tile_max * scale)
             # a row with nothing visible yet keeps offset 0 (exp2(-inf) = 0, no NaN)
@@ -811,9 +669,11 @@ class RelAttnFwdSm90:
                 safe_max = Float32(0.0)
             correction = cute.math.exp2(row_max[i] - safe_max, fastmath=True)
             row_max[i] = new_max
-            for j in cutlass.range_constexpr(num_cols):
-                s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale - safe_max, fastmath=True)
-            partial = _tree(lambda a, b: a + b, [s_mn[i, j] for j in range(num_cols)])
+            partial = Float32(0.0)
+            for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+                p = cute.math.exp2(s_mn[i, j] * scale - safe_max, fastmath=True)
+                s_mn[i, j] = p
+                partial += p
             row_sum[i] = row_sum[i] * correction + partial
             row_scale[i] = correction
 
