@@ -110,6 +110,24 @@ def test_cute_compile_slow(tmp_path, kw):
     _check_hopper_ptx(_compile_ptx(_problem(**kw), tmp_path))
 
 
+@pytest.mark.slow
+def test_cute_compile_release_per_warp(tmp_path):
+    """The per-warp release variant: empty barriers count 8 warps, one elected lane arrives."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    cute_fwd_sm90.compile_fwd(
+        config, options=f"--enable-tvm-ffi --gpu-arch sm_90a --keep-ptx --dump-dir {tmp_path}", release_per_warp=True
+    )
+    (name,) = [n for n in os.listdir(tmp_path) if n.endswith(".ptx")]
+    with open(os.path.join(tmp_path, name)) as f:
+        ptx = f.read()
+    _check_hopper_ptx(ptx)
+    assert re.search(r"mov\.b32\s+%r\d+, 8;\s+mbarrier\.init", ptx)
+    arrives = [m.start() for m in re.finditer(r"mbarrier\.arrive\.shared", ptx)]
+    assert arrives and all("elect.sync" in ptx[max(0, a - 400) : a] for a in arrives)
+
+
 def test_cute_shared_memory_fits_hopper():
     """Q, two stages of K and of V and the bias buffer fit the 227 KB a Hopper CTA may use."""
     from inkling_ops.kernels import cute_fwd_sm90

@@ -152,10 +152,14 @@ class RelAttnFwdSm90:
 
     ``pingpong``: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so
     one's softmax runs under the other's tensor-core work. ``producer_regs`` / ``consumer_regs``:
-    the ``setmaxnreg`` split of the register file (128 * p + 256 * c <= 65536)."""
+    the ``setmaxnreg`` split of the register file (128 * p + 256 * c <= 65536).
+    ``release_per_warp`` (not yet measured): one elected lane per consumer warp arrives on a
+    stage's empty barrier instead of every thread (256 arrivals a stage, FA4 uses one a warp).
+    ``consumer_fence`` (on; off not yet measured): a ``fence.proxy.async`` after each K/V wait
+    (FA4 has none)."""
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
-                 consumer_regs: int = 240):  # fmt: skip
+                 consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -170,6 +174,8 @@ class RelAttnFwdSm90:
         self.num_threads = config.num_threads
         self.bias_width = config.bias_width
         self.pingpong = pingpong
+        self.release_per_warp = release_per_warp
+        self.consumer_fence = consumer_fence
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -293,7 +299,8 @@ class RelAttnFwdSm90:
             smem = cutlass.memory.SmemAllocator()
             storage = smem.allocate(SharedStorage)
             producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
-            consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
+            consumer_arrivals = self.num_mma_threads // 32 if self.release_per_warp else self.num_mma_threads
+            consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals)
             pipes = [
                 pipeline.PipelineCpAsync.create(
                     barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=producers,
@@ -511,7 +518,7 @@ class RelAttnFwdSm90:
             self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
             self._sched_signal(wg_idx, True)
             warpgroup.wait_group(0)
-            pipe_k.consumer_release(k_first)
+            self._release(pipe_k, k_first)
             self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
                          plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
             self._to_operand(acc_S, rP)
@@ -528,11 +535,11 @@ class RelAttnFwdSm90:
                 self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
                 self._sched_signal(wg_idx, True)
                 warpgroup.wait_group(1)
-                pipe_k.consumer_release(k_state)
+                self._release(pipe_k, k_state)
                 self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
                              plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
                 warpgroup.wait_group(0)
-                pipe_v.consumer_release(v_state)
+                self._release(pipe_v, v_state)
                 acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
                 for i in cutlass.range_constexpr(num_rows):
                     for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
@@ -547,7 +554,7 @@ class RelAttnFwdSm90:
             self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
             self._sched_signal(wg_idx, False)
             warpgroup.wait_group(0)
-            pipe_v.consumer_release(v_last)
+            self._release(pipe_v, v_last)
 
         # -------- epilogue: O / row_sum, rows of this request only --------
         acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
@@ -568,11 +575,23 @@ class RelAttnFwdSm90:
                     out_row[tOcO_mn[0, j][1]] = (acc_O_mn[i, j] * inv).to(self.dtype)
 
     @cute.jit
+    def _release(self, pipe, state):
+        """Hand a stage back to the producer: every consumer thread arrives on its empty barrier,
+        or (``release_per_warp``) one elected lane per warp after the warp is done with it."""
+        if const_expr(self.release_per_warp):
+            cute.arch.sync_warp()
+            with cute.arch.elect_one():
+                pipe.consumer_release(state)
+        else:
+            pipe.consumer_release(state)
+
+    @cute.jit
     def _wait_tile(self, pipe, state):
         """Wait for a K or V stage; the proxy fence orders the producer's cp.async writes (generic
         proxy) before this warpgroup's wgmma reads of them (async proxy)."""
         pipe.consumer_wait(state)
-        cute.arch.fence_view_async_shared()
+        if const_expr(self.consumer_fence):
+            cute.arch.fence_view_async_shared()
 
     @cute.jit
     def _sched_wait(self, wg_idx):
@@ -623,7 +642,7 @@ class RelAttnFwdSm90:
                     visible = d >= 0 and d <= window and n0 + c < kv_len
                     acc_S_mn[i, j] = s if visible else -Float32.inf
             if in_band:
-                pipe_b.consumer_release(b_state)
+                self._release(pipe_b, b_state)
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
 
     @cute.jit

@@ -38,13 +38,17 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("nopingpong",),
-    "prefill8k_sliding_page128": ("nopingpong",),
+    "prefill8k_global_page128": ("nopingpong", "warprelease", "nofence", "warprelease_nofence"),
+    "prefill8k_global_page16": ("warprelease", "warprelease_nofence"),
+    "prefill8k_sliding_page128": ("nopingpong", "warprelease", "nofence", "warprelease_nofence"),
 }
 
 VARIANTS = {
     "default": {},
     "nopingpong": dict(pingpong=False),
+    "warprelease": dict(release_per_warp=True),
+    "nofence": dict(consumer_fence=False),
+    "warprelease_nofence": dict(release_per_warp=True, consumer_fence=False),
 }
 #: variants whose output is not the op's (not checked against the reference)
 UNCHECKED: set = set()
