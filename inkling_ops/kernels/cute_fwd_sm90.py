@@ -156,10 +156,12 @@ class RelAttnFwdSm90:
     ``release_per_warp`` (not yet measured): one elected lane per consumer warp arrives on a
     stage's empty barrier instead of every thread (256 arrivals a stage, FA4 uses one a warp).
     ``consumer_fence`` (on; off not yet measured): a ``fence.proxy.async`` after each K/V wait
-    (FA4 has none)."""
+    (FA4 has none). ``bias_lanes`` (not yet measured): the bias copies go a 16-lane row group per
+    row (coalesced) instead of one row a producer thread."""
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
-                 consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True):  # fmt: skip
+                 consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
+                 bias_lanes: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -176,6 +178,7 @@ class RelAttnFwdSm90:
         self.pingpong = pingpong
         self.release_per_warp = release_per_warp
         self.consumer_fence = consumer_fence
+        self.bias_lanes = bias_lanes
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -424,23 +427,48 @@ class RelAttnFwdSm90:
         16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
         state = _state(1, it, 0, (it % 2) ^ 1)
         pipe.producer_acquire(state)
-        for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
-            r = tidx + rr * PRODUCER_THREADS
-            row = m_block * self.tile_m + r
-            tok = row // self.group
-            d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
-            if tok < q_len:
-                src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
-                for k in cutlass.range_constexpr(self.bias_width // CHUNK):
-                    d = d0 + k * CHUNK
-                    if d >= 0 and d < rel_extent:
-                        address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
-                        dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
-                        dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
-                        src_address = (src_row.iterator + d).toint()
-                        src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=16)
-                        cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
+        if const_expr(self.bias_lanes):
+            # a 16-lane row group per row: lane l copies chunk l, lane 0 also the last chunk
+            lane = tidx % ROW_LANES
+            for p in cutlass.range(self.tile_m * ROW_LANES // PRODUCER_THREADS, unroll=1):
+                r = tidx // ROW_LANES + p * (PRODUCER_THREADS // ROW_LANES)
+                for j in cutlass.range_constexpr((self.bias_width // CHUNK + ROW_LANES - 1) // ROW_LANES):
+                    k = lane + j * ROW_LANES
+                    if k < self.bias_width // CHUNK:
+                        self._bias_chunk(mRel, sB, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, r, k,
+                                         copy_atom)  # fmt: skip
+        else:
+            for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
+                r = tidx + rr * PRODUCER_THREADS
+                row = m_block * self.tile_m + r
+                tok = row // self.group
+                d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
+                if tok < q_len:
+                    src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
+                    for k in cutlass.range_constexpr(self.bias_width // CHUNK):
+                        d = d0 + k * CHUNK
+                        if d >= 0 and d < rel_extent:
+                            address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
+                            dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
+                            dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
+                            src_address = (src_row.iterator + d).toint()
+                            src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=16)
+                            cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
         pipe.producer_commit(state)
+
+    @cute.jit
+    def _bias_chunk(self, mRel, sB, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, r, k, copy_atom):
+        """cp.async chunk ``k`` of row ``r``'s staged bias slice, if it lies inside ``[0, E)``."""
+        row = m_block * self.tile_m + r
+        tok = row // self.group
+        d = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1)) + k * CHUNK
+        if tok < q_len and d >= 0 and d < rel_extent:
+            address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
+            dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
+            dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
+            src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
+            src_ptr = cute.make_ptr(self.dtype, (src_row.iterator + d).toint(), cute.AddressSpace.gmem, assumed_align=16)
+            cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
 
     # ---------------------------------------------------------------------------------------------
     # consumer warpgroups: GEMMs and softmax

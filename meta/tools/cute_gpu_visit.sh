@@ -16,7 +16,7 @@ if ! timeout 60 python3 meta/tools/cute_ws_bench.py --probe default > $OUT/probe
 fi
 tail -1 $OUT/probe.log
 echo "== probe variants"
-for v in ${PROBE_VARIANTS:-warprelease nofence warprelease_nofence}; do timeout 45 python3 meta/tools/cute_ws_bench.py --probe $v >> $OUT/probe.log 2>&1 || echo "{\"probe_$v\": \"rc $?\"}" >> $OUT/probe.log; tail -1 $OUT/probe.log; done
+for v in ${PROBE_VARIANTS:-warprelease nofence warprelease_nofence biaslanes}; do timeout 45 python3 meta/tools/cute_ws_bench.py --probe $v >> $OUT/probe.log 2>&1 || echo "{\"probe_$v\": \"rc $?\"}" >> $OUT/probe.log; tail -1 $OUT/probe.log; done
 echo "== check"; timeout 70 python3 meta/tools/cute_gpu_check.py --out $OUT --skip-timing > $OUT/check.log 2>&1; tail -9 $OUT/check.log
 echo "== conformance"; timeout 80 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests/test_conformance.py -k cute > $OUT/conformance.log 2>&1; tail -3 $OUT/conformance.log
 echo "== bench"; timeout 180 python3 meta/tools/cute_ws_bench.py --out $OUT ${BENCH_ARGS} > $OUT/bench.log 2>&1; tail -9 $OUT/bench.log

@@ -38,9 +38,9 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("nopingpong", "warprelease", "nofence", "warprelease_nofence"),
+    "prefill8k_global_page128": ("nopingpong", "warprelease", "nofence", "warprelease_nofence", "biaslanes"),
     "prefill8k_global_page16": ("warprelease", "warprelease_nofence"),
-    "prefill8k_sliding_page128": ("nopingpong", "warprelease", "nofence", "warprelease_nofence"),
+    "prefill8k_sliding_page128": ("nopingpong", "warprelease", "nofence", "warprelease_nofence", "biaslanes"),
 }
 
 VARIANTS = {
@@ -49,6 +49,7 @@ VARIANTS = {
     "warprelease": dict(release_per_warp=True),
     "nofence": dict(consumer_fence=False),
     "warprelease_nofence": dict(release_per_warp=True, consumer_fence=False),
+    "biaslanes": dict(bias_lanes=True),
 }
 #: variants whose output is not the op's (not checked against the reference)
 UNCHECKED: set = set()
