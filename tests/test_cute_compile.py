@@ -2,8 +2,9 @@
 
 Each test compiles through the backend's own compile function (fake tensors, ``--gpu-arch``
 from the compile key), keeps the PTX and checks the Hopper instructions are in it: warpgroup
-MMAs for both GEMMs, the 16-byte ``cp.async`` gather of K/V and of the staged bias, and the
-absence of spilled registers (``.local`` memory). The DSL's own ``CUTE_DSL_KEEP`` /
+MMAs for both GEMMs, the 16-byte ``cp.async`` gather of K/V and of the staged bias, the warp
+specialisation (``setmaxnreg``, mbarrier pipelines, ping-pong named barriers) and the absence of
+spilled registers (``.local`` memory in the PTX). The DSL's own ``CUTE_DSL_KEEP`` /
 ``CUTE_DSL_DUMP_DIR`` are honoured when set; otherwise the PTX goes to a temporary directory.
 Skips without nvidia-cutlass-dsl. Compiles take ~5-15 s each on 2 cores: one per test, the
 wider set marked slow.
@@ -68,10 +69,17 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True) -> None:
     # QK^T (k = head_dim / 16 = 8 instructions) and PV (k = tile_n / 16 = 8), m64n128k16
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) >= 16
     assert "wgmma.fence" in ptx and "wgmma.commit_group" in ptx
-    # the K/V gather and the staged bias: 16-byte cp.async (cg: L2 only)
-    assert len(re.findall(r"cp\.async\.cg\.shared\.global(?:\.L2::\d+B)? \[[^]]+\], \[[^]]+\], 16", ptx)) >= 40
+    # the K/V gather (16 rows a thread, K in two places, V in one) and Q: 16-byte cp.async (cg: L2 only);
+    assert len(re.findall(r"cp\.async\.cg\.shared\.global(?:\.L2::\d+B)? \[[^]]+\], \[[^]]+\], 16", ptx)) >= 48 + 2 * 17
+    # the staged bias: 17 16-byte chunks a row, one row a producer thread, two call sites
     assert "ex2.approx" in ptx
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
+    # warp specialisation: the producer warpgroup gives registers to the two consumer warpgroups,
+    # its copies arrive on mbarriers, the consumers wait on them and take turns (named barriers)
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
+    assert "cp.async.mbarrier.arrive.noinc.shared" in ptx and "mbarrier.try_wait.parity" in ptx
+    assert re.search(r"bar\.arrive\s+\S+, 256;", ptx) and re.search(r"bar\.sync\s+\S+, 256;", ptx)
     if bias:
         assert "ld.shared" in ptx  # the softmax reads the staged bias from shared memory
 
@@ -100,6 +108,34 @@ def test_cute_compile_sliding_page128_g4_fp16(tmp_path):
 )
 def test_cute_compile_slow(tmp_path, kw):
     _check_hopper_ptx(_compile_ptx(_problem(**kw), tmp_path))
+
+
+@pytest.mark.slow
+def test_cute_compile_release_per_warp(tmp_path):
+    """The per-warp release variant: empty barriers count 8 warps, one elected lane arrives."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    cute_fwd_sm90.compile_fwd(
+        config, options=f"--enable-tvm-ffi --gpu-arch sm_90a --keep-ptx --dump-dir {tmp_path}", release_per_warp=True
+    )
+    (name,) = [n for n in os.listdir(tmp_path) if n.endswith(".ptx")]
+    with open(os.path.join(tmp_path, name)) as f:
+        ptx = f.read()
+    _check_hopper_ptx(ptx)
+    assert re.search(r"mov\.b32\s+%r\d+, 8;\s+mbarrier\.init", ptx)
+    arrives = [m.start() for m in re.finditer(r"mbarrier\.arrive\.shared", ptx)]
+    assert arrives and all("elect.sync" in ptx[max(0, a - 400) : a] for a in arrives)
+
+
+def test_cute_shared_memory_fits_hopper():
+    """Q, two stages of K and of V and the bias buffer fit the 227 KB a Hopper CTA may use."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    barriers = 1024 + 8 * 2 * (2 * cute_fwd_sm90.STAGES + 1)  # barriers first, then 1024-byte alignment
+    assert config.smem_bytes() + barriers <= 227 * 1024
+    assert config.num_threads == 384 and config.num_mma_threads == 256
 
 
 def test_cute_backend_refusals():

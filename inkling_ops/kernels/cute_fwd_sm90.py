@@ -3,23 +3,32 @@
 One CTA computes one M tile of packed query rows of one request and one KV head: the
 ``q_per_kv`` query heads that read that KV head are packed into the tile (packed row
 ``r = token * q_per_kv + head_in_group``), so K and V tiles are loaded once for all of them.
-Two warpgroups each own 64 of the tile's 128 rows; both multiply with ``wgmma``:
-``S = Q K^T`` with Q and K in shared memory, ``O += P V`` with P straight from registers.
+
+The CTA is warp-specialised (384 threads). Warpgroup 0 is the producer (``setmaxnreg`` down to
+24 registers): it gathers K and V through the block table with ``cp.async`` into two shared-memory
+stages each, and stages the bias of band tiles, each load arriving on an mbarrier when it lands
+(``PipelineCpAsync``: K, V two stages, bias one). Warpgroups 1 and 2 are the consumers
+(``setmaxnreg`` up to 240), each owning 64 of the tile's 128 rows: ``S = Q K^T`` with ``wgmma``
+from shared memory, ``O += P V`` with P straight from registers. Per key tile ``i`` a consumer
+issues QK of tile ``i``, then PV of tile ``i - 1``, and runs the softmax of tile ``i`` while that
+PV GEMM is in flight (FA3's intra-warpgroup overlap); the two consumers take turns issuing their
+GEMMs (named barriers, ping-pong). The producer issues K of tile ``i + 1`` before V of tile ``i``.
 
 Per CTA the key tiles that hold visible keys (causal, and ``d <= window`` for a sliding layer)
 are computed up front and walked from the diagonal downwards; nothing else is loaded. The key
 tiles split into *band* tiles (a diagonal, window-edge or bias tile: some element is masked or
 has ``0 <= d < E``) and *plain* tiles (every element visible and ``d >= E``). Plain tiles run
 the bias-free loop body, with ``softmax_scale * log2(e)`` folded into the exp2 multiply-add.
-For a band tile that meets ``0 <= d < E`` the CTA stages, in shared memory, the slice of
-``rel_logits`` that the tile's rows can reach (per row: ``tile_n + 8`` distances, aligned down
-to 16 bytes), issued with ``cp.async`` before the QK GEMM so the loads overlap it; the softmax
-then reads one shared-memory element per score.
+Band tiles that meet ``0 <= d < E`` are the first ``num_band`` of the walk; for each the producer
+stages, in shared memory, the slice of ``rel_logits`` the tile's rows can reach (per row:
+``tile_n + 8`` distances, aligned down to 16 bytes) as soon as the bias buffer is free; the
+softmax then reads one shared-memory element per score.
 
-K and V are gathered through the block table with ``cp.async`` (16 bytes a copy, rows past the
-request's length zero-filled), double-buffered: the loads of the next key tile are in flight
-while the current one is multiplied. Q is gathered the same way (its packed rows are not a
-box a tensor copy can express for every group size).
+K/V rows past the request's length copy its last row (finite, always masked), so a NaN in an
+unused slot never meets a zero probability; the 16 producer lanes that copy one column chunk
+of a tile's rows each look up one row's page and pass the row offsets around with shuffles. Q is
+gathered by the consumers with ``cp.async``, once per CTA (its packed rows are not a box a
+tensor copy can express for every group size).
 
 Shapes (T tokens, B requests, Hq / Hkv heads, D = head_dim, E = rel_extent):
 q, out (T, Hq, D); key_cache, value_cache (num_blocks, page_size, Hkv, D); block_table
@@ -37,6 +46,7 @@ from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as hopper
 from cutlass import Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
@@ -45,6 +55,16 @@ from cutlass.tensor_utils import LayoutEnum
 LOG2_E = math.log2(math.e)
 #: elements of one 16-byte copy (16-bit types)
 CHUNK = 8
+#: shared-memory stages of K and of V
+STAGES = 2
+#: the producer warpgroup (warps 0-3); the consumer warpgroups follow it
+PRODUCER_THREADS = 128
+#: named barriers (0 is the CTA barrier): the consumers' Q load, then one per consumer warpgroup
+#: for the ping-pong schedule
+BAR_Q = 1
+#: lanes that copy one column chunk of the same rows of a key tile (head_dim / 8 of them)
+ROW_LANES = 16
+BAR_SCHED = 2
 
 
 @dataclass(frozen=True)
@@ -58,8 +78,14 @@ class CuteFwdConfig:
     tile_n: int = 128
 
     @property
-    def num_threads(self) -> int:
+    def num_mma_threads(self) -> int:
+        """The consumer warpgroups: one per 64 rows of the M tile."""
         return 128 * (self.tile_m // 64)
+
+    @property
+    def num_threads(self) -> int:
+        """The producer warpgroup and the consumer warpgroups."""
+        return PRODUCER_THREADS + self.num_mma_threads
 
     @property
     def bias_width(self) -> int:
@@ -69,7 +95,7 @@ class CuteFwdConfig:
     def smem_bytes(self) -> int:
         elem = 2
         q = self.tile_m * self.head_dim * elem
-        kv = 2 * 2 * self.tile_n * self.head_dim * elem
+        kv = 2 * STAGES * self.tile_n * self.head_dim * elem
         bias = self.tile_m * self.bias_width * elem
         return q + kv + bias
 
@@ -105,23 +131,57 @@ def _acc_as_operand_a(acc_layout: cute.Layout) -> cute.Layout:
     return cute.make_layout(shape, stride=stride)
 
 
-class RelAttnFwdSm90:
-    """The kernel of one :class:`CuteFwdConfig`; ``__call__`` is the host launch (``cute.jit``)."""
+@cute.jit
+def _shuffle_i64(value, lane, width: cutlass.Constexpr):
+    """``value`` (64-bit) of lane ``lane`` of this thread's ``width``-lane segment of the warp."""
+    cell = cute.make_rmem_tensor(cute.make_layout((1,), stride=(1,)), Int64)
+    cell[0] = Int64(value)
+    halves = cute.recast_tensor(cell, Int32)
+    for i in cutlass.range_constexpr(2):
+        halves[i] = cute.arch.shuffle_sync(halves[i], lane, mask_and_clamp=((32 - width) << 8) | 31)
+    return cell[0]
 
-    def __init__(self, config: CuteFwdConfig):
+
+def _state(stages: int, count, index, phase) -> pipeline.PipelineState:
+    """The pipeline position of use number ``count``, from values the caller computes."""
+    return pipeline.PipelineState(stages, Int32(count), Int32(index), Int32(phase))
+
+
+class RelAttnFwdSm90:
+    """The kernel of one :class:`CuteFwdConfig`; ``__call__`` is the host launch (``cute.jit``).
+
+    ``pingpong``: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so
+    one's softmax runs under the other's tensor-core work. ``producer_regs`` / ``consumer_regs``:
+    the ``setmaxnreg`` split of the register file (128 * p + 256 * c <= 65536).
+    ``release_per_warp`` (not yet measured): one elected lane per consumer warp arrives on a
+    stage's empty barrier instead of every thread (256 arrivals a stage, FA4 uses one a warp).
+    ``consumer_fence`` (on; off not yet measured): a ``fence.proxy.async`` after each K/V wait
+    (FA4 has none). ``bias_lanes`` (not yet measured): the bias copies go a 16-lane row group per
+    row (coalesced) instead of one row a producer thread."""
+
+    def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
+                 consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
+                 bias_lanes: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
             raise ValueError(f"tile {config.tile_m}x{config.tile_n} is not supported")
+        if 128 * producer_regs + config.num_mma_threads * consumer_regs > 65536:
+            raise ValueError(f"register split {producer_regs}/{consumer_regs} does not fit the register file")
         self.config = config
         self.dtype = _cutlass_dtype(config.dtype)
         self.tile_m, self.tile_n, self.head_dim = config.tile_m, config.tile_n, config.head_dim
         self.group = config.q_per_kv
+        self.num_mma_threads = config.num_mma_threads
         self.num_threads = config.num_threads
         self.bias_width = config.bias_width
+        self.pingpong = pingpong
+        self.release_per_warp = release_per_warp
+        self.consumer_fence = consumer_fence
+        self.bias_lanes = bias_lanes
+        self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
-        self.copy_rows = self.num_threads // self.copy_cols
 
     # ---------------------------------------------------------------------------------------------
     # host side
@@ -134,6 +194,10 @@ class RelAttnFwdSm90:
         shape = (rows, self.head_dim) if stages is None else (rows, self.head_dim, stages)
         order = (0, 1) if stages is None else (0, 1, 2)
         return cute.tile_to_shape(atom, shape, order=order)
+
+    def _tiled_copy(self, copy_atom, threads: int):
+        thr_layout = cute.make_ordered_layout((threads // self.copy_cols, self.copy_cols), order=(1, 0))
+        return cute.make_tiled_copy_tv(copy_atom, thr_layout, cute.make_layout((1, CHUNK)))
 
     @cute.jit
     def __call__(
@@ -161,11 +225,14 @@ class RelAttnFwdSm90:
             a_source=warpgroup.OperandSource.RMEM,
         )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
-        sKV_layout = self._smem_layout(self.tile_n, 2)
+        sKV_layout = self._smem_layout(self.tile_n, STAGES)
         sB_layout = cute.make_layout((self.tile_m, self.bias_width), stride=(self.bias_width, 1))
 
         @cute.struct
         class SharedStorage:
+            mbar_k: cute.struct.MemRange[Int64, 2 * STAGES]
+            mbar_v: cute.struct.MemRange[Int64, 2 * STAGES]
+            mbar_b: cute.struct.MemRange[Int64, 2]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
@@ -174,16 +241,17 @@ class RelAttnFwdSm90:
         copy_atom = cute.make_copy_atom(
             cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.dtype, num_bits_per_copy=128
         )
-        thr_layout = cute.make_ordered_layout((self.copy_rows, self.copy_cols), order=(1, 0))
-        tiled_copy = cute.make_tiled_copy_tv(copy_atom, thr_layout, cute.make_layout((1, CHUNK)))
+        copy_q = self._tiled_copy(copy_atom, self.num_mma_threads)
+        copy_kv = self._tiled_copy(copy_atom, PRODUCER_THREADS)
 
         num_kv_heads = mK.shape[2]
         num_reqs = mSeqlens.shape[0]
         grid_m = (max_seqlen_q * self.group + self.tile_m - 1) // self.tile_m
         scale_log2 = softmax_scale * LOG2_E
+        page_div = cute.FastDivmodDivisor(mK.shape[1])
         self.kernel(
-            mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window,
-            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, tiled_copy, copy_atom, SharedStorage,
+            mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
+            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, num_reqs], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -203,17 +271,20 @@ class RelAttnFwdSm90:
         mRel: cute.Tensor,
         scale_log2: Float32,
         window: Int32,
+        page_div: cute.FastDivmodDivisor,
         sQ_layout: cute.ComposedLayout,
         sKV_layout: cute.ComposedLayout,
         sB_layout: cute.Layout,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
-        tiled_copy: cute.TiledCopy,
+        copy_q: cute.TiledCopy,
+        copy_kv: cute.TiledCopy,
         copy_atom: cute.CopyAtom,
         SharedStorage: cutlass.Constexpr,
     ):
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
         tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         m_rev, kv_head, req = cute.arch.block_idx()
 
         # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
@@ -230,14 +301,22 @@ class RelAttnFwdSm90:
             m_block = num_m - 1 - m_rev
             smem = cutlass.memory.SmemAllocator()
             storage = smem.allocate(SharedStorage)
+            producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
+            consumer_arrivals = self.num_mma_threads // 32 if self.release_per_warp else self.num_mma_threads
+            consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals)
+            pipes = [
+                pipeline.PipelineCpAsync.create(
+                    barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=producers,
+                    consumer_group=consumers, defer_sync=True,
+                )  # fmt: skip
+                for bar, stages in ((storage.mbar_k, STAGES), (storage.mbar_v, STAGES), (storage.mbar_b, 1))
+            ]
+            cute.arch.mbarrier_init_fence()
+            cute.arch.sync_threads()
             sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
             sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
             sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
             sB = storage.sB.get_tensor(sB_layout)
-            # V seen as the (head_dim, tile_n) B operand of O += P V
-            sVt = cute.composition(
-                sV, cute.make_ordered_layout((self.head_dim, tile_n, 2), order=(1, 0, 2))
-            )
 
             # -------- tile ranges (uniform over the CTA) --------
             offset = kv_len - q_len  # q_abs = offset + token
@@ -253,134 +332,353 @@ class RelAttnFwdSm90:
             # plain tiles: every d >= E (so no bias, and visible under causality), inside the window
             plain_hi = cutlass.min(cutlass.max(qa_lo - rel_extent + 1, 0) // tile_n, n_end)
             plain_lo = cutlass.max(plain_lo, n_begin)
-
-            # -------- MMA partitions --------
-            wg_idx = tidx // 128
-            wg_layout = cute.make_layout(tile_m // 64, stride=128)
-            thr_mma_qk = tiled_mma_qk.get_slice(tidx)
-            wg_mma_qk = tiled_mma_qk.get_slice(wg_layout(wg_idx))
-            wg_mma_pv = tiled_mma_pv.get_slice(wg_layout(wg_idx))
-            tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
-            tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
-            tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
-            acc_O = cute.make_rmem_tensor(tiled_mma_pv.partition_shape_C((tile_m, self.head_dim)), Float32)
-            acc_O.fill(0.0)
-            acc_S_shape = tiled_mma_qk.partition_shape_C((tile_m, tile_n))
-            # the (row, col) of each score this thread holds
-            cS = cute.make_identity_tensor((tile_m, tile_n))
-            tScS = thr_mma_qk.partition_C(cS)
-            tScS_mn = cute.make_tensor(tScS.iterator, _acc_mn_layout(tScS.layout))
-            num_rows = cute.size(tScS_mn, mode=[0])
-            row_max = cute.make_rmem_tensor(num_rows, Float32)
-            row_sum = cute.make_rmem_tensor(num_rows, Float32)
-            row_max.fill(-Float32.inf)
-            row_sum.fill(0.0)
-            # q_abs of each of this thread's rows, and its staged-bias column of distance d = q_abs - n0
-            row_qabs = cute.make_rmem_tensor(num_rows, Int32)
-            for i in cutlass.range_constexpr(num_rows):
-                row_qabs[i] = offset + (m_block * tile_m + tScS_mn[i, 0][0]) // G
-
-            # -------- loads --------
-            thr_copy = tiled_copy.get_slice(tidx)
-            cT = cute.make_identity_tensor((tile_n, self.head_dim))
-            tTcT = thr_copy.partition_S(cT)
-            cQ = cute.make_identity_tensor((tile_m, self.head_dim))
-            tQcQ = thr_copy.partition_S(cQ)
-            tQsQ = thr_copy.partition_D(sQ)
-            q_head0 = kv_head * G
-            for m in cutlass.range_constexpr(cute.size(tQsQ, mode=[1])):
-                row = m_block * tile_m + tQcQ[0, m, 0][0]
-                tok = row // G
-                col = tQcQ[0, m, 0][1]
-                dst = tQsQ[None, m, 0]
-                if tok < q_len:
-                    src = self._gmem_chunk(mQ, (q_start + tok, q_head0 + row % G, col), dst)
-                    cute.copy(copy_atom, src, dst)
-                else:
-                    dst.fill(0.0)
-
-            block_row = mBlockTable[req, None]
-            num_blocks = mK.shape[0]
-
             n_tiles = cutlass.max(n_end - n_begin, 0)
-            if n_tiles > 0:
-                self._load_kv(mK, mV, sK, sV, block_row, num_blocks, page_size, kv_head, kv_len, n_end - 1, 0,
-                              thr_copy, tTcT, copy_atom)  # fmt: skip
-            cute.arch.cp_async_commit_group()
+            # band tiles that meet 0 <= d < E: key tile n with n * tile_n > qa_lo - E - tile_n + 1, a
+            # run at the top of the range, so the first num_band iterations (diagonal first) stage bias
+            lowest = qa_lo - rel_extent - tile_n + 1
+            n_band = Int32(0)
+            if lowest >= 0:
+                n_band = lowest // tile_n + 1
+            num_band = cutlass.max(n_end - cutlass.max(n_band, n_begin), 0)
+            q_head0 = kv_head * G
 
+            if warp_idx < PRODUCER_THREADS // 32:
+                cute.arch.setmaxregister_decrease(self.producer_regs)
+                self._produce(
+                    mK, mV, mRel, sK, sV, sB, mBlockTable[req, None], page_div, kv_head, kv_len, q_start, q_len,
+                    q_head0, offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom,
+                )  # fmt: skip
+            else:
+                cute.arch.setmaxregister_increase(self.consumer_regs)
+                self._consume(
+                    mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
+                    plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2, tidx - PRODUCER_THREADS, pipes,
+                    tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom,
+                )  # fmt: skip
+
+    # ---------------------------------------------------------------------------------------------
+    # producer warpgroup: K, V and bias into shared memory
+    # ---------------------------------------------------------------------------------------------
+
+    @cute.jit
+    def _produce(self, mK, mV, mRel, sK, sV, sB, block_row, page_div, kv_head, kv_len, q_start, q_len, q_head0,
+                 offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom):  # fmt: skip
+        """Issue the loads in the order the consumers use them: K of the next tile before V of the
+        current one (QK of tile i + 1 is issued before PV of tile i), the bias of a band tile after."""
+        pipe_k, pipe_v, pipe_b = pipes
+        thr_copy = copy_kv.get_slice(tidx)
+        tTcT = thr_copy.partition_S(cute.make_identity_tensor((self.tile_n, self.head_dim)))
+        num_blocks = mK.shape[0]
+        if n_tiles > 0:
+            self._load_rows(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1, thr_copy,
+                            tTcT, copy_atom)  # fmt: skip
+            if num_band > 0:
+                self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block, (n_end - 1) * self.tile_n,
+                                rel_extent, tidx, copy_atom)  # fmt: skip
             for it in cutlass.range(n_tiles, unroll=1):
                 n = n_end - 1 - it
-                stage = it % 2
-                cute.arch.cp_async_wait_group(0)
-                cute.arch.fence_view_async_shared()
-                cute.arch.sync_threads()
-                is_plain = n >= plain_lo and n < plain_hi
-                n0 = n * tile_n
-                # the tile meets the bias band 0 <= d < E (d_min < E; d_max >= 0 holds below n_end)
-                in_band = (not is_plain) and qa_lo - (n0 + tile_n - 1) < rel_extent
-                if in_band:
-                    self._load_bias(mRel, sB, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
-                                    copy_atom)  # fmt: skip
-                cute.arch.cp_async_commit_group()
                 if it + 1 < n_tiles:
-                    self._load_kv(mK, mV, sK, sV, block_row, num_blocks, page_size, kv_head, kv_len, n - 1, 1 - stage,
-                                  thr_copy, tTcT, copy_atom)  # fmt: skip
-                cute.arch.cp_async_commit_group()
+                    self._load_rows(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n - 1,
+                                    thr_copy, tTcT, copy_atom)  # fmt: skip
+                self._load_rows(mV, sV, it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
+                                copy_atom)  # fmt: skip
+                if it + 1 < num_band:
+                    self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                    (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+        # the copies land before the producer warps exit
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
 
-                # S = Q K^T
-                acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
-                self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], True)
-                acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
-                acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
+    @cute.jit
+    def _load_rows(self, mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
+                   copy_atom):  # fmt: skip
+        """Wait for stage ``it % STAGES`` to be free, cp.async key tile ``n`` of ``mX`` (K or V) into
+        it, and arrive on its full barrier when the copies land. Rows past ``kv_len`` copy row
+        ``kv_len - 1`` (finite, always masked: never a NaN from an unused slot); page ids are clamped
+        into the cache, as inkling_ops/metadata.py says.
 
-                if is_plain:
-                    self._softmax_step(acc_S_mn, acc_O_mn, row_max, row_sum, scale_log2)
-                else:
-                    if in_band:
-                        cute.arch.cp_async_wait_group(1)
-                        cute.arch.sync_threads()
-                    # scores in log2 units, masked and biased
-                    for i in cutlass.range_constexpr(num_rows):
-                        qa = row_qabs[i]
-                        r = tScS_mn[i, 0][0]
-                        # column of distance d = qa - n0 in this row's staged slice
-                        base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
-                        for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
-                            c = tScS_mn[0, j][1]
-                            d = qa - n0 - c
-                            # always in bounds of the staged slice; unstaged distances are selected away
-                            bias = sB[r, base - c].to(Float32) * LOG2_E
-                            s = acc_S_mn[i, j] * scale_log2 + cutlass.select_(d < rel_extent, bias, Float32(0.0))
-                            visible = d >= 0 and d <= window and n0 + c < kv_len
-                            acc_S_mn[i, j] = s if visible else -Float32.inf
-                    self._softmax_step(acc_S_mn, acc_O_mn, row_max, row_sum, Float32(1.0))
+        The 16 lanes that copy one column chunk of rows ``r0 + 8 m`` (m < 16) look up one of those
+        rows each (lane ``m``: one division, one block-table load) and pass the row's offset around
+        with shuffles, so a copy costs a shuffle pair and the cp.async."""
+        stage = it % STAGES
+        state = _state(STAGES, it, stage, ((it // STAGES) % 2) ^ 1)
+        lane = cute.arch.lane_idx() % ROW_LANES
+        j = cutlass.min(n * self.tile_n + tTcT[0, 0, 0][0] + lane * (PRODUCER_THREADS // ROW_LANES), kv_len - 1)
+        page_idx, slot = divmod(j, page_div)
+        page = cutlass.min(cutlass.max(block_row[page_idx], 0), num_blocks - 1)
+        row_offset = cute.crd2idx((page, slot, kv_head, 0), mX.layout)
+        pipe.producer_acquire(state)
+        tXsX = thr_copy.partition_D(sX[None, None, stage])
+        col = tTcT[0, 0, 0][1]
+        for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
+            dst = tXsX[None, m, 0]
+            address = (mX.iterator + (_shuffle_i64(row_offset, m, ROW_LANES) + col)).toint()
+            src = cute.make_tensor(cute.make_ptr(mX.element_type, address, cute.AddressSpace.gmem, assumed_align=16),
+                                   dst.layout)  # fmt: skip
+            cute.copy(copy_atom, src, dst)
+        pipe.producer_commit(state)
 
-                # O += P V, P from registers
-                rP = cute.make_rmem_tensor(_acc_as_operand_a(acc_S.layout).shape, self.dtype)
-                rP_as_acc = cute.make_tensor(rP.iterator, _acc_as_operand_a(acc_S.layout))
-                rP_flat = cute.make_tensor(rP.iterator, cute.make_layout(cute.size(rP)))
-                acc_flat = cute.make_tensor(acc_S.iterator, cute.make_layout(cute.size(acc_S)))
-                del rP_as_acc
-                rP_flat.store(acc_flat.load().to(self.dtype))
-                self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, stage], False)
-
-            # -------- epilogue: O / row_sum, rows of this request only --------
-            acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
-            cO = cute.make_identity_tensor((tile_m, self.head_dim))
-            thr_mma_pv = tiled_mma_pv.get_slice(tidx)
-            tOcO = thr_mma_pv.partition_C(cO)
-            tOcO_mn = cute.make_tensor(tOcO.iterator, _acc_mn_layout(tOcO.layout))
-            for i in cutlass.range_constexpr(num_rows):
-                total = cute.arch.warp_reduction_sum(row_sum[i], threads_in_group=4)
-                inv = Float32(0.0)
-                if total > 0.0:
-                    inv = 1.0 / total
-                row = m_block * tile_m + tOcO_mn[i, 0][0]
-                tok = row // G
+    @cute.jit
+    def _load_bias(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
+                   copy_atom):  # fmt: skip
+        """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
+        thread), the distances ``[d0, d0 + bias_width)`` of its rel_logits row,
+        ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
+        16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
+        state = _state(1, it, 0, (it % 2) ^ 1)
+        pipe.producer_acquire(state)
+        if const_expr(self.bias_lanes):
+            # a 16-lane row group per row: lane l copies chunk l, lane 0 also the last chunk
+            lane = tidx % ROW_LANES
+            for p in cutlass.range(self.tile_m * ROW_LANES // PRODUCER_THREADS, unroll=1):
+                r = tidx // ROW_LANES + p * (PRODUCER_THREADS // ROW_LANES)
+                for j in cutlass.range_constexpr((self.bias_width // CHUNK + ROW_LANES - 1) // ROW_LANES):
+                    k = lane + j * ROW_LANES
+                    if k < self.bias_width // CHUNK:
+                        self._bias_chunk(mRel, sB, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, r, k,
+                                         copy_atom)  # fmt: skip
+        else:
+            for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
+                r = tidx + rr * PRODUCER_THREADS
+                row = m_block * self.tile_m + r
+                tok = row // self.group
+                d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
                 if tok < q_len:
-                    out_row = mO[q_start + tok, q_head0 + row % G, None]
-                    for j in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
-                        out_row[tOcO_mn[0, j][1]] = (acc_O_mn[i, j] * inv).to(self.dtype)
+                    src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
+                    for k in cutlass.range_constexpr(self.bias_width // CHUNK):
+                        d = d0 + k * CHUNK
+                        if d >= 0 and d < rel_extent:
+                            address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
+                            dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
+                            dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
+                            src_address = (src_row.iterator + d).toint()
+                            src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=16)
+                            cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
+        pipe.producer_commit(state)
+
+    @cute.jit
+    def _bias_chunk(self, mRel, sB, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, r, k, copy_atom):
+        """cp.async chunk ``k`` of row ``r``'s staged bias slice, if it lies inside ``[0, E)``."""
+        row = m_block * self.tile_m + r
+        tok = row // self.group
+        d = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1)) + k * CHUNK
+        if tok < q_len and d >= 0 and d < rel_extent:
+            address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
+            dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
+            dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
+            src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
+            src_ptr = cute.make_ptr(self.dtype, (src_row.iterator + d).toint(), cute.AddressSpace.gmem, assumed_align=16)
+            cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
+
+    # ---------------------------------------------------------------------------------------------
+    # consumer warpgroups: GEMMs and softmax
+    # ---------------------------------------------------------------------------------------------
+
+    @cute.jit
+    def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
+                 plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2, tidx, pipes, tiled_mma_qk, tiled_mma_pv,
+                 copy_q, copy_atom):  # fmt: skip
+        """Per key tile ``i`` (FA3's intra-warpgroup overlap): issue ``S_i = Q K_i^T``, issue
+        ``O += P_{i-1} V_{i-1}``, wait for S_i, mask / bias / online softmax of S_i while the PV GEMM
+        runs, wait for it, rescale O. ``tidx`` counts from the first consumer thread."""
+        tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
+        pipe_k, pipe_v, pipe_b = pipes
+        wg_idx = cute.arch.make_warp_uniform(tidx // 128)
+        # V seen as the (head_dim, tile_n) B operand of O += P V
+        sVt = cute.composition(sV, cute.make_ordered_layout((self.head_dim, tile_n, STAGES), order=(1, 0, 2)))
+
+        # -------- Q: each consumer thread gathers its share, once --------
+        thr_copy = copy_q.get_slice(tidx)
+        cQ = cute.make_identity_tensor((tile_m, self.head_dim))
+        tQcQ = thr_copy.partition_S(cQ)
+        tQsQ = thr_copy.partition_D(sQ)
+        for m in cutlass.range_constexpr(cute.size(tQsQ, mode=[1])):
+            row = m_block * tile_m + tQcQ[0, m, 0][0]
+            tok = row // G
+            col = tQcQ[0, m, 0][1]
+            dst = tQsQ[None, m, 0]
+            if tok < q_len:
+                src = self._gmem_chunk(mQ, (q_start + tok, q_head0 + row % G, col), dst)
+                cute.copy(copy_atom, src, dst)
+            else:
+                dst.fill(0.0)
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=BAR_Q, number_of_threads=self.num_mma_threads)
+
+        # -------- MMA partitions --------
+        wg_layout = cute.make_layout(tile_m // 64, stride=128)
+        thr_mma_qk = tiled_mma_qk.get_slice(tidx)
+        wg_mma_qk = tiled_mma_qk.get_slice(wg_layout(wg_idx))
+        wg_mma_pv = tiled_mma_pv.get_slice(wg_layout(wg_idx))
+        tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
+        tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
+        tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
+        acc_O = cute.make_rmem_tensor(tiled_mma_pv.partition_shape_C((tile_m, self.head_dim)), Float32)
+        acc_O.fill(0.0)
+        acc_S_shape = tiled_mma_qk.partition_shape_C((tile_m, tile_n))
+        acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
+        rP = cute.make_rmem_tensor(_acc_as_operand_a(acc_S.layout).shape, self.dtype)
+        # the (row, col) of each score this thread holds
+        cS = cute.make_identity_tensor((tile_m, tile_n))
+        tScS = thr_mma_qk.partition_C(cS)
+        tScS_mn = cute.make_tensor(tScS.iterator, _acc_mn_layout(tScS.layout))
+        num_rows = cute.size(tScS_mn, mode=[0])
+        row_max = cute.make_rmem_tensor(num_rows, Float32)
+        row_sum = cute.make_rmem_tensor(num_rows, Float32)
+        row_scale = cute.make_rmem_tensor(num_rows, Float32)
+        row_max.fill(-Float32.inf)
+        row_sum.fill(0.0)
+        # q_abs of each of this thread's rows
+        row_qabs = cute.make_rmem_tensor(num_rows, Int32)
+        for i in cutlass.range_constexpr(num_rows):
+            row_qabs[i] = offset + (m_block * tile_m + tScS_mn[i, 0][0]) // G
+
+        if n_tiles > 0:
+            if const_expr(self.pingpong):
+                if wg_idx == 0:
+                    cute.arch.barrier_arrive(barrier_id=BAR_SCHED, number_of_threads=self.num_mma_threads)
+            # first tile: S_0, its softmax (O is zero, nothing to rescale)
+            k_first = _state(STAGES, Int32(0), Int32(0), Int32(0))
+            self._wait_tile(pipe_k, k_first)
+            self._sched_wait(wg_idx)
+            self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
+            self._sched_signal(wg_idx, True)
+            warpgroup.wait_group(0)
+            self._release(pipe_k, k_first)
+            self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
+                         plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
+            self._to_operand(acc_S, rP)
+
+            for it in cutlass.range(1, n_tiles, unroll=1):
+                n = n_end - 1 - it
+                stage = it % STAGES
+                k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
+                v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
+                self._wait_tile(pipe_k, k_state)
+                self._sched_wait(wg_idx)
+                self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], True)
+                self._wait_tile(pipe_v, v_state)
+                self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
+                self._sched_signal(wg_idx, True)
+                warpgroup.wait_group(1)
+                self._release(pipe_k, k_state)
+                self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
+                             plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
+                warpgroup.wait_group(0)
+                self._release(pipe_v, v_state)
+                acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
+                for i in cutlass.range_constexpr(num_rows):
+                    for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
+                        acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
+                self._to_operand(acc_S, rP)
+
+            # last PV
+            last = n_tiles - 1
+            v_last = _state(STAGES, last, last % STAGES, (last // STAGES) % 2)
+            self._wait_tile(pipe_v, v_last)
+            self._sched_wait(wg_idx)
+            self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
+            self._sched_signal(wg_idx, False)
+            warpgroup.wait_group(0)
+            self._release(pipe_v, v_last)
+
+        # -------- epilogue: O / row_sum, rows of this request only --------
+        acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
+        cO = cute.make_identity_tensor((tile_m, self.head_dim))
+        thr_mma_pv = tiled_mma_pv.get_slice(tidx)
+        tOcO = thr_mma_pv.partition_C(cO)
+        tOcO_mn = cute.make_tensor(tOcO.iterator, _acc_mn_layout(tOcO.layout))
+        for i in cutlass.range_constexpr(num_rows):
+            total = cute.arch.warp_reduction_sum(row_sum[i], threads_in_group=4)
+            inv = Float32(0.0)
+            if total > 0.0:
+                inv = 1.0 / total
+            row = m_block * tile_m + tOcO_mn[i, 0][0]
+            tok = row // G
+            if tok < q_len:
+                out_row = mO[q_start + tok, q_head0 + row % G, None]
+                for j in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
+                    out_row[tOcO_mn[0, j][1]] = (acc_O_mn[i, j] * inv).to(self.dtype)
+
+    @cute.jit
+    def _release(self, pipe, state):
+        """Hand a stage back to the producer: every consumer thread arrives on its empty barrier,
+        or (``release_per_warp``) one elected lane per warp after the warp is done with it."""
+        if const_expr(self.release_per_warp):
+            cute.arch.sync_warp()
+            with cute.arch.elect_one():
+                pipe.consumer_release(state)
+        else:
+            pipe.consumer_release(state)
+
+    @cute.jit
+    def _wait_tile(self, pipe, state):
+        """Wait for a K or V stage; the proxy fence orders the producer's cp.async writes (generic
+        proxy) before this warpgroup's wgmma reads of them (async proxy)."""
+        pipe.consumer_wait(state)
+        if const_expr(self.consumer_fence):
+            cute.arch.fence_view_async_shared()
+
+    @cute.jit
+    def _sched_wait(self, wg_idx):
+        """Ping-pong: wait for this warpgroup's turn to issue GEMMs."""
+        if const_expr(self.pingpong):
+            cute.arch.barrier(barrier_id=BAR_SCHED + wg_idx, number_of_threads=self.num_mma_threads)
+
+    @cute.jit
+    def _sched_signal(self, wg_idx, more: cutlass.Constexpr):
+        """Ping-pong: hand the turn to the other warpgroup. The second warpgroup's last turn is not
+        handed back (the first has no GEMM left to wait for), so every barrier completes."""
+        if const_expr(self.pingpong):
+            if const_expr(more):
+                cute.arch.barrier_arrive(barrier_id=BAR_SCHED + 1 - wg_idx, number_of_threads=self.num_mma_threads)
+            else:
+                if wg_idx == 0:
+                    cute.arch.barrier_arrive(barrier_id=BAR_SCHED + 1, number_of_threads=self.num_mma_threads)
+
+    @cute.jit
+    def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, plain_lo,
+                plain_hi, rel_extent, window, kv_len, scale_log2):  # fmt: skip
+        """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place: plain tiles scale
+        only; band tiles mask and add the staged bias (waiting for it when the tile stages any)."""
+        tile_n = self.tile_n
+        acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
+        is_plain = n >= plain_lo and n < plain_hi
+        if is_plain:
+            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
+        else:
+            in_band = it < num_band
+            b_state = _state(1, it, 0, it % 2)
+            if in_band:
+                pipe_b.consumer_wait(b_state)
+            n0 = n * tile_n
+            num_rows = cute.size(tScS_mn, mode=[0])
+            # scores in log2 units, masked and biased
+            for i in cutlass.range_constexpr(num_rows):
+                qa = row_qabs[i]
+                r = tScS_mn[i, 0][0]
+                # column of distance d = qa - n0 in this row's staged slice
+                base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
+                for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
+                    c = tScS_mn[0, j][1]
+                    d = qa - n0 - c
+                    # always in bounds of the staged slice; unstaged distances are selected away
+                    bias = sB[r, base - c].to(Float32) * LOG2_E
+                    s = acc_S_mn[i, j] * scale_log2 + cutlass.select_(d < rel_extent, bias, Float32(0.0))
+                    visible = d >= 0 and d <= window and n0 + c < kv_len
+                    acc_S_mn[i, j] = s if visible else -Float32.inf
+            if in_band:
+                self._release(pipe_b, b_state)
+            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
+
+    @cute.jit
+    def _to_operand(self, acc_S, rP):
+        """P = the probabilities in ``acc_S``, converted into the A-operand registers of O += P V."""
+        rP_flat = cute.make_tensor(rP.iterator, cute.make_layout(cute.size(rP)))
+        acc_flat = cute.make_tensor(acc_S.iterator, cute.make_layout(cute.size(acc_S)))
+        rP_flat.store(acc_flat.load().to(self.dtype))
 
     @cute.jit
     def _gmem_chunk(self, mX: cute.Tensor, coord, like: cute.Tensor) -> cute.Tensor:
@@ -391,55 +689,8 @@ class RelAttnFwdSm90:
         return cute.make_tensor(ptr, like.layout)
 
     @cute.jit
-    def _load_kv(self, mK, mV, sK, sV, block_row, num_blocks, page_size, kv_head, kv_len, n, stage, thr_copy, tTcT,
-                 copy_atom):  # fmt: skip
-        """cp.async the K and V rows of key tile ``n`` into ``stage``; rows past ``kv_len`` are
-        zero-filled; page ids are clamped into the cache, as inkling_ops/metadata.py says."""
-        tKsK = thr_copy.partition_D(sK[None, None, stage])
-        tVsV = thr_copy.partition_D(sV[None, None, stage])
-        for m in cutlass.range_constexpr(cute.size(tKsK, mode=[1])):
-            j = n * self.tile_n + tTcT[0, m, 0][0]
-            col = tTcT[0, m, 0][1]
-            page = Int32(0)
-            valid = j < kv_len
-            if valid:
-                page = cutlass.min(cutlass.max(block_row[j // page_size], 0), num_blocks - 1)
-            slot = j % page_size
-            dk = tKsK[None, m, 0]
-            dv = tVsV[None, m, 0]
-            if valid:
-                cute.copy(copy_atom, self._gmem_chunk(mK, (page, slot, kv_head, col), dk), dk)
-                cute.copy(copy_atom, self._gmem_chunk(mV, (page, slot, kv_head, col), dv), dv)
-            else:
-                dk.fill(0.0)
-                dv.fill(0.0)
-
-    @cute.jit
-    def _load_bias(self, mRel, sB, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx, copy_atom):
-        """cp.async, per packed row of the tile, the distances ``[d0, d0 + bias_width)`` of its
-        rel_logits row, ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile
-        ``n0`` can reach. 16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
-        chunks_per_row = self.bias_width // CHUNK
-        total = self.tile_m * chunks_per_row
-        for i in cutlass.range_constexpr((total + self.num_threads - 1) // self.num_threads):
-            idx = tidx + i * self.num_threads
-            r = idx // chunks_per_row
-            k = idx % chunks_per_row
-            row = m_block * self.tile_m + r
-            tok = row // self.group
-            qa = offset + tok
-            d = ((qa - n0 - self.tile_n + 1) & ~(CHUNK - 1)) + k * CHUNK
-            ok = idx < total and tok < q_len and d >= 0 and d < rel_extent
-            if ok:
-                address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
-                dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
-                dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
-                src = self._gmem_chunk(mRel, (q_start + tok, q_head0 + row % self.group, d), dst)
-                cute.copy(copy_atom, src, dst)
-
-    @cute.jit
     def _gemm(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr):
-        """acc (+)= A B over the K blocks, one warpgroup MMA batch, waited for."""
+        """acc (+)= A B over the K blocks as one warpgroup MMA batch, committed, not waited for."""
         warpgroup.fence()
         atom = cute.make_mma_atom(tiled_mma.op)
         atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
@@ -447,12 +698,12 @@ class RelAttnFwdSm90:
             cute.gemm(atom, acc, tA[None, None, k], tB[None, None, k], acc)
             atom.set(warpgroup.Field.ACCUMULATE, True)
         warpgroup.commit_group()
-        warpgroup.wait_group(0)
 
     @cute.jit
-    def _softmax_step(self, s_mn, o_mn, row_max, row_sum, scale):
+    def _softmax_step(self, s_mn, row_max, row_sum, row_scale, scale):
         """Online softmax over one tile of scores ``s_mn`` (rows, cols), in place (scores become
-        probabilities); ``scale`` turns a score into log2 units (1 when it already is)."""
+        probabilities); ``scale`` turns a score into log2 units (1 when it already is). The factor
+        the running O must be multiplied by goes to ``row_scale``."""
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
             tile_max = s_mn[i, 0]
             for j in cutlass.range_constexpr(1, cute.size(s_mn, mode=[1])):
@@ -471,11 +722,10 @@ class RelAttnFwdSm90:
                 s_mn[i, j] = p
                 partial += p
             row_sum[i] = row_sum[i] * correction + partial
-            for j in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
-                o_mn[i, j] = o_mn[i, j] * correction
+            row_scale[i] = correction
 
 
-def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi"):
+def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **variant):
     """Compile the kernel of ``config`` for ``CUTE_DSL_ARCH`` (set it, e.g. to ``sm_90a``, on a
     machine without that GPU) from fake tensors: no GPU and no tensors needed. Returns the DSL's
     compiled function (with TVM-FFI: callable with torch tensors, on torch's current stream).
@@ -483,6 +733,8 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi"):
     Call signature of the result: ``(q, key_cache, value_cache, out, block_table, cache_seqlens,
     cu_seqlens_q, rel_logits, softmax_scale: float, window: int, max_seqlen_q: int)``; ``window``:
     keys at distance ``d <= window`` are visible (a huge value, e.g. ``2**30``, for no window).
+    ``variant``: keyword arguments of :class:`RelAttnFwdSm90` (schedule experiments; the backend
+    uses the defaults).
     """
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
@@ -503,7 +755,7 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi"):
     cu = make_fake_tensor(Int32, (sym(),), (1,), assumed_align=4)
     rel = make_fake_tensor(dtype, (tokens, heads, sym(8)), (sym(8, True), sym(8), 1), assumed_align=16)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    kernel = RelAttnFwdSm90(config)
+    kernel = RelAttnFwdSm90(config, **variant)
     return cute.compile(
         kernel, q, k, v, o, table, seqlens, cu, rel, Float32(1.0), Int32(-1), Int32(1), stream, options=options
     )

@@ -1,0 +1,212 @@
+"""H200 timing of the CuTe kernel's schedule variants against Triton and flash-attn-4 (no bias).
+
+    python3 meta/tools/cute_ws_bench.py --out DIR [--variants a,b] [--cases a,b]
+    python3 meta/tools/cute_ws_bench.py --probe VARIANT      # one small call against the reference
+    python3 meta/tools/cute_ws_bench.py --profile CASE       # a few cute calls, for ncu
+
+For each case: ``cute`` (the backend, default variant), each extra variant of
+``RelAttnFwdSm90`` (compiled here and called directly, checked equal in tolerance to the
+default), ``triton``, and ``fa4_nobias`` (``flash_attn.cute.flash_attn_varlen_func`` on the
+same paged cache, no bias: the ceiling issue 17 measures against). ``triton.testing.do_bench``
+medians; writes ``cute_ws_bench.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.getcwd())
+import inkling_ops  # noqa: E402
+from inkling_ops.testing import make_case  # noqa: E402
+
+CASES = {
+    "prefill8k_global_page128": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
+    "prefill8k_global_page16": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
+    "prefill8k_sliding_page128": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=128),
+    "chunk2k_on16k_x4_page16": dict(q_lens=[2048] * 4, kv_lens=[16384] * 4, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
+    "decode64_8k_global_page16": dict(q_lens=[1] * 64, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
+    "prefill32k_global_page128": dict(q_lens=[32768], kv_lens=[32768], num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
+}  # fmt: skip
+#: the variants timed on each case (besides the default). The variants measured at 58f8ec6
+#: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
+#: meta/TUNING.md, "CuTe backend".
+VARIANT_CASES = {
+    "prefill8k_global_page128": ("nopingpong", "warprelease", "nofence", "warprelease_nofence", "biaslanes"),
+    "prefill8k_global_page16": ("warprelease", "warprelease_nofence"),
+    "prefill8k_sliding_page128": ("nopingpong", "warprelease", "nofence", "warprelease_nofence", "biaslanes"),
+}
+
+VARIANTS = {
+    "default": {},
+    "nopingpong": dict(pingpong=False),
+    "warprelease": dict(release_per_warp=True),
+    "nofence": dict(consumer_fence=False),
+    "warprelease_nofence": dict(release_per_warp=True, consumer_fence=False),
+    "biaslanes": dict(bias_lanes=True),
+}
+#: variants whose output is not the op's (not checked against the reference)
+UNCHECKED: set = set()
+_COMPILED: dict = {}
+
+
+def _case(kw):
+    return make_case(**kw, head_dim=128, dtype=torch.bfloat16, device="cuda", extra_tokens=3)
+
+
+def _bench(fn) -> float:
+    from triton.testing import do_bench
+
+    fn()
+    torch.cuda.synchronize()
+    return round(do_bench(fn, warmup=50, rep=300, return_mode="median"), 4)
+
+
+def _variant_fn(name, case):
+    from inkling_ops.backends import cute_backend
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=case.q.shape[1] // case.key_cache.shape[2])
+    t0 = time.perf_counter()
+    if (name, config) not in _COMPILED:
+        _COMPILED[name, config] = cute_fwd_sm90.compile_fwd(
+            config, options="--enable-tvm-ffi --gpu-arch sm_90a", **VARIANTS[name]
+        )
+    return _COMPILED[name, config], time.perf_counter() - t0, cute_backend.NO_WINDOW
+
+
+def _fa4_fn(case, out_shape):
+    from flash_attn.cute import flash_attn_varlen_func
+
+    window = case.window_size[0]
+
+    def fn():
+        return flash_attn_varlen_func(
+            case.q, case.key_cache, case.value_cache, cu_seqlens_q=case.cu_seqlens_q, max_seqlen_q=case.max_seqlen_q,
+            seqused_k=case.cache_seqlens, page_table=case.block_table, softmax_scale=case.softmax_scale, causal=True,
+            window_size=(window, 0) if window >= 0 else (None, None), num_splits=1,
+        )  # fmt: skip
+
+    return fn
+
+
+def _check(row, key, got, want) -> None:
+    if want is None:
+        return
+    row[f"{key}_max_abs_err"] = round(float((got.float() - want).abs().max()), 5)
+    row[f"{key}_ok"] = bool(torch.isfinite(got).all()) and bool(torch.allclose(got.float(), want, atol=2e-2, rtol=2e-2))
+
+
+def run_case(name, kw, variants) -> dict:
+    case = _case(kw)
+    n = sum(case.q_lens)
+    row = dict(case=name)
+    out = torch.zeros_like(case.q)
+    call = lambda: inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="cute", out=out)  # noqa: E731
+    # the fp32 reference materialises (q_len, kv_len) scores per head: only up to 8K x 16K
+    want = case.reference_fp32()[:n] if max(case.q_lens) * max(case.kv_lens) <= 8192 * 16384 else None
+    try:
+        row["cute_ms"] = _bench(call)
+        _check(row, "cute", out[:n], want)
+    except Exception:  # noqa: BLE001
+        row["cute_error"] = traceback.format_exc()[-1500:]
+    for v in VARIANT_CASES.get(name, ()):
+        if v not in variants:
+            continue
+        try:
+            fn, compile_s, no_window = _variant_fn(v, case)
+            window = case.window_size[0] if case.window_size[0] >= 0 else no_window
+            vout = torch.zeros_like(case.q)
+            args = (case.q, case.key_cache, case.value_cache, vout, case.block_table, case.cache_seqlens,
+                    case.cu_seqlens_q, case.rel_logits, case.softmax_scale, window, case.max_seqlen_q)  # fmt: skip
+            row[f"{v}_ms"] = _bench(lambda: fn(*args))
+            if v not in UNCHECKED:
+                _check(row, v, vout[:n], want)
+            row[f"{v}_compile_s"] = round(compile_s, 1)
+        except Exception:  # noqa: BLE001
+            row[f"{v}_error"] = traceback.format_exc()[-1500:]
+    try:
+        row["triton_ms"] = _bench(lambda: inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", out=out))
+    except Exception:  # noqa: BLE001
+        row["triton_error"] = traceback.format_exc()[-800:]
+    try:
+        row["fa4_nobias_ms"] = _bench(_fa4_fn(case, out.shape))
+    except Exception:  # noqa: BLE001
+        row["fa4_error"] = traceback.format_exc()[-800:]
+    if "cute_ms" in row:
+        for peer in ("triton", "fa4_nobias"):
+            if f"{peer}_ms" in row:
+                row[f"cute_vs_{peer}"] = round(row[f"{peer}_ms"] / row["cute_ms"], 3)
+    return row
+
+
+def probe(variant) -> bool:
+    """The direct checks of cute_gpu_check.py (ragged batches, decodes, windows, packed K/V, NaN
+    in unused pages) with ``variant`` called directly, against the fp32 reference."""
+    sys.path.insert(0, os.path.join(os.getcwd(), "meta", "tools"))
+    from cute_gpu_check import CHECKS
+
+    ok = True
+    for name, kw in CHECKS:
+        case = _case(kw)
+        n = sum(case.q_lens)
+        fn, _, no_window = _variant_fn(variant, case)
+        window = case.window_size[0] if case.window_size[0] >= 0 else no_window
+        out = torch.full_like(case.q, 7.0)
+        fn(case.q, case.key_cache, case.value_cache, out, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+           case.rel_logits, case.softmax_scale, window, case.max_seqlen_q)  # fmt: skip
+        torch.cuda.synchronize()
+        row = dict(probe=variant, case=name)
+        _check(row, variant, out[:n], case.reference_fp32()[:n])
+        row["tail_untouched"] = bool(torch.all(out[n:] == 7.0))
+        ok = ok and row[f"{variant}_ok"] and row["tail_untouched"]
+        print(json.dumps(row), flush=True)
+    print(json.dumps({f"probe_{variant}": ok}), flush=True)
+    return ok
+
+
+def profile(name) -> None:
+    case = _case(CASES[name])
+    out = torch.zeros_like(case.q)
+    for _ in range(3):
+        inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="cute", out=out)
+    torch.cuda.synchronize()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--profile", default=None)
+    p.add_argument("--probe", default=None)
+    ns = p.parse_args()
+    if ns.probe:
+        probe(ns.probe)
+        return
+    if ns.profile:
+        profile(ns.profile)
+        return
+    os.makedirs(ns.out, exist_ok=True)
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    rows = []
+    for name in ns.cases.split(","):
+        rows.append(run_case(name, CASES[name], ns.variants.split(",")))
+        print(json.dumps(rows[-1]), flush=True)
+    with open(os.path.join(ns.out, "cute_ws_bench.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    keys = ["cute_ms"] + [f"{v}_ms" for v in ns.variants.split(",") if v != "default"] + ["triton_ms", "fa4_nobias_ms"]
+    print("\ncase | " + " | ".join(keys) + " | cute/triton speed | cute/fa4 speed")
+    for r in rows:
+        print(r["case"], "|", " | ".join(str(r.get(k, "-")) for k in keys), "|", r.get("cute_vs_triton", "-"), "|",
+              r.get("cute_vs_fa4_nobias", "-"))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
