@@ -80,11 +80,11 @@ def _warmup(args: argparse.Namespace) -> int:
     if args.dry_run:
         if facts is None:
             facts = dispatch.device_facts(torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
-        name = args.backend or ("triton" if facts.arch.startswith("sm_") else "reference")
-        keys = sorted(enumerate_compile_keys(config, facts=facts, backend=name))
+        keys = sorted(enumerate_compile_keys(config, facts=facts, backend=args.backend))
         for key in keys:
             print(f"  {key}")
-        print(f"{len(keys)} compile keys on {facts.arch} for backend {name!r}")
+        names = "+".join(sorted({key.backend for key in keys})) or args.backend
+        print(f"{len(keys)} compile keys on {facts.arch} for backend {names!r}")
         return 0
     summary = warmup(config, facts=facts, device=args.device, backend=args.backend, progress=not args.no_progress)
     print(summary)
