@@ -214,7 +214,13 @@ class CuteBackend(Backend):
         aligned when these were, so the layout checks of :meth:`run` hold for every repeat. None
         (the call goes through :meth:`run`) when :meth:`run` would copy ``q``, ``rel_logits`` or
         the block table, or refuse the call, or there is nothing to launch."""
-        if not args.q.is_cuda or problem.max_seqlen_q <= 0 or problem.num_heads == 0:
+        if not args.q.is_cuda:
+            return None
+        return self._prepare(plan, problem, args, out)
+
+    def _prepare(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor):
+        """:meth:`prepare` on tensors of any device (the tests bind CPU tensors to a stand-in)."""
+        if problem.max_seqlen_q <= 0 or problem.num_heads == 0:
             return None
         q, k, v, table, seqlens, cu, rel = args
         if not (_fits(q, leading=2) and _fits(rel, leading=2) and table.stride(-1) == 1):
