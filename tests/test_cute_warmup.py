@@ -93,11 +93,15 @@ def test_cute_enumeration_yields_only_keys_the_backend_accepts():
     assert enumerate_compile_keys(refused, facts=H200, backend="triton")  # Triton takes it
 
 
+#: ``python -m inkling_ops warmup`` of each configuration in one process (one import): the first
+#: with the target from the DSL's CUTE_DSL_ARCH, the second with --arch (the cute backend never
+#: splits, so neither needs --num-sms)
 LOADER = """
 import sys
 from inkling_ops.__main__ import main
-for path in sys.argv[1:]:
-    assert main(["warmup", "--config", path, "--backend", "cute", "--arch", "sm_90a", "--num-sms", "132", "--no-progress"]) == 0
+first, second = sys.argv[1:]
+assert main(["warmup", "--config", first, "--backend", "cute", "--no-progress"]) == 0
+assert main(["warmup", "--config", second, "--backend", "cute", "--arch", "sm_90a", "--no-progress"]) == 0
 """
 
 
@@ -130,7 +134,7 @@ def test_cute_warmup_compiles_every_key_of_a_serving_configuration_and_a_new_pro
         path.write_text(json.dumps(fields))
         paths.append(str(path))
     env = dict(
-        os.environ, CUDA_VISIBLE_DEVICES="", INKLING_OPS_CACHE_DIR=str(tmp_path / "store"),
+        os.environ, CUDA_VISIBLE_DEVICES="", CUTE_DSL_ARCH="sm_90a", INKLING_OPS_CACHE_DIR=str(tmp_path / "store"),
         PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )  # fmt: skip
     result = subprocess.run([sys.executable, "-c", LOADER, *paths], env=env, capture_output=True, text=True, timeout=300)
