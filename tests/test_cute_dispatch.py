@@ -9,6 +9,7 @@ Triton without a fallback warning.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from inkling_ops import planning
@@ -148,3 +149,40 @@ def test_cute_prepare_leaves_copies_and_refusals_to_run(monkeypatch):
     wide = torch.zeros(args.block_table.shape[0], 2 * args.block_table.shape[1], dtype=torch.int32)[:, ::2]
     assert backend._prepare(plan, problem, args._replace(block_table=wide), out) is None  # run copies it
     assert backend._prepare(plan, problem, args, misaligned(out)) is None  # run refuses it
+
+
+def _hopper_with_cute() -> str | None:
+    if not torch.cuda.is_available():
+        return "needs a CUDA device"
+    if torch.cuda.get_device_capability() != (9, 0):
+        return "the cute kernel is for Hopper (sm_90a)"
+    return planning.get_backend("cute").is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_hopper_with_cute() is not None, reason=str(_hopper_with_cute()))
+def test_cute_repeated_eager_calls_take_the_prepared_call_and_stay_correct():
+    """The second call of a signature goes through the call cache's prepared launch (new data,
+    same metadata); a misaligned q with the same shapes takes run() (copied), and both match the
+    reference."""
+    import inkling_ops
+    from inkling_ops import call_cache
+
+    call_cache.clear()
+    case = make_case([37, 1], [300, 90], num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=64, dtype=torch.bfloat16,
+                     device="cuda", extra_tokens=3)  # fmt: skip
+    n = sum(case.q_lens)
+    for step in range(3):
+        case.q.copy_(torch.randn_like(case.q))
+        out = torch.zeros_like(case.q)
+        inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="cute", out=out)
+        torch.testing.assert_close(out[:n].float(), case.reference_fp32()[:n], atol=2e-2, rtol=2e-2)
+    entries = [e for bucket in call_cache._ENTRIES.values() for e in bucket if e.backend.name == "cute"]
+    assert len(entries) == 1 and entries[0].prepared is not None
+    flat = torch.empty(case.q.numel() + 8, dtype=case.q.dtype, device="cuda")[1:]
+    q = flat[: case.q.numel()].view(case.q.shape).copy_(case.q)  # 2 bytes off a 16-byte boundary
+    out = torch.zeros_like(case.q)
+    inkling_ops.rel_attn(q, case.key_cache, case.value_cache, **case.kwargs(), backend="cute", out=out)
+    torch.testing.assert_close(out[:n].float(), case.reference_fp32()[:n], atol=2e-2, rtol=2e-2)
+    misaligned = [e for bucket in call_cache._ENTRIES.values() for e in bucket if e.backend.name == "cute" and e.prepared is None]
+    assert len(misaligned) == 1
