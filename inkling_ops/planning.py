@@ -108,8 +108,7 @@ def plan(
 
     ``backend``: a backend's name to force, or None for the dispatcher's default choice (the
     first registered backend that is preferred for the call, ``why_not_default``, and can run
-    it). Raises ``ValueError`` when the named
-    backend cannot run it, or none can.
+    it). Raises ``ValueError`` when the named backend cannot run it, or none can.
 
     Equivalent: what ``torch.ops.inkling.rel_attn`` runs for a call whose problem is ``problem``
     on a device with ``facts``.

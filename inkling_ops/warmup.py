@@ -1,9 +1,9 @@
 """Warmup: compile every compile key of a serving configuration before serving.
 
 :func:`warmup` enumerates the keys of a configuration for a target device
-(:func:`inkling_ops.serving.enumerate_compile_keys`) and has the backend compile each one from
-the key alone (``Backend.compile``): no tensors, no kernel launch, and for the Triton backend no
-GPU either, so a build machine can fill the persistent kernel store (:mod:`inkling_ops.kernel_cache`)
+(:func:`inkling_ops.serving.enumerate_compile_keys`) and has the key's backend compile each one
+from the key alone (``Backend.compile``): no tensors, no kernel launch, and for the Triton and
+CuTe backends no GPU either, so a build machine can fill the persistent kernel store (:mod:`inkling_ops.kernel_cache`)
 for the GPU that will serve, given its :class:`~inkling_ops.compile_keys.DeviceFacts`. The
 serving process computes the same keys and finds every kernel in the store (same versions, same
 arch: the store's fingerprint).
@@ -100,8 +100,8 @@ def warmup(
     it); None: those of ``device`` (default: the current CUDA device, else the CPU).
     ``backend``: the backend the serving calls will use (None: the dispatcher's default choice for
     each call on the target, which may be more than one backend; the summary's ``backend`` then
-    joins their names with ``+``). ``device`` is used only by a backend that must run calls to warm (see the module
-    docstring). Shows a progress bar (tqdm, when installed) unless ``progress`` is False. Records
+    joins their names with ``+``). ``device`` is used only by a backend that must run calls to
+    warm (see the module docstring). Shows a progress bar (tqdm, when installed) unless ``progress`` is False. Records
     the keys with ``strict.note_warmed``. Returns what it did.
 
     Equivalent PyTorch: for every key of ``enumerate_compile_keys(config, facts=facts, ...)``,
