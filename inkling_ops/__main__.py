@@ -6,6 +6,8 @@
         --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 131072
     python -m inkling_ops warmup --config serving.json  (the same fields as JSON; --dry-run lists keys)
     python -m inkling_ops warmup ... --arch sm_90a --num-sms 132   (for an H200, on a machine without a GPU)
+    CUTE_DSL_ARCH=sm_90a python -m inkling_ops warmup ... --backend cute   (likewise: it never splits, so
+        no SM count; without a GPU the DSL's CUTE_DSL_ARCH is the default --arch)
     python -m inkling_ops cache info | clear            the on-disk kernel cache
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 import torch
@@ -74,17 +77,23 @@ def _warmup(args: argparse.Namespace) -> int:
 
     config = serving_config(args)
     print(f"serving configuration: {config}")
-    if (args.arch is None) != (args.num_sms is None):
-        raise ValueError(f"warmup: --arch is {args.arch!r} and --num-sms {args.num_sms!r}; expected both or neither")
-    facts = DeviceFacts(arch=args.arch, num_sms=args.num_sms) if args.arch else None
+    arch, num_sms = args.arch, args.num_sms
+    never_splits = args.backend is not None and dispatch.get_backend(args.backend).split_policy is None
+    if arch is None and never_splits and not torch.cuda.is_available() and os.environ.get("CUTE_DSL_ARCH"):
+        arch = os.environ["CUTE_DSL_ARCH"]  # the CuTe DSL's own target setting, on a machine without a GPU
+    if never_splits and arch is not None and num_sms is None:
+        num_sms = 0  # the SM count enters only split counts, and this backend never splits
+    if (arch is None) != (num_sms is None):
+        raise ValueError(f"warmup: --arch is {arch!r} and --num-sms {num_sms!r}; expected both or neither")
+    facts = DeviceFacts(arch=arch, num_sms=num_sms) if arch else None
     if args.dry_run:
         if facts is None:
             facts = dispatch.device_facts(torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
-        name = args.backend or ("triton" if facts.arch.startswith("sm_") else "reference")
-        keys = sorted(enumerate_compile_keys(config, facts=facts, backend=name))
+        keys = sorted(enumerate_compile_keys(config, facts=facts, backend=args.backend))
         for key in keys:
             print(f"  {key}")
-        print(f"{len(keys)} compile keys on {facts.arch} for backend {name!r}")
+        names = "+".join(sorted({key.backend for key in keys})) or args.backend
+        print(f"{len(keys)} compile keys on {facts.arch} for backend {names!r}")
         return 0
     summary = warmup(config, facts=facts, device=args.device, backend=args.backend, progress=not args.no_progress)
     print(summary)
@@ -114,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     warm.add_argument("--dtype", default=None, help="default bfloat16")
     warm.add_argument("--device", default=None, help="default cuda when available, else cpu")
     warm.add_argument("--arch", default=None, help="compile for this CUDA arch (e.g. sm_90a) instead of the local device; with --num-sms (no GPU needed)")
-    warm.add_argument("--num-sms", type=int, default=None, help="SM count of the --arch device (H200: 132)")
+    warm.add_argument("--num-sms", type=int, default=None, help="SM count of the --arch device (H200: 132); not needed for a backend that never splits (cute)")
     warm.add_argument("--backend", default=None, help="default: the dispatcher's choice")
     warm.add_argument("--dry-run", action="store_true", help="list the compile keys, run nothing")
     warm.add_argument("--no-progress", action="store_true")

@@ -41,8 +41,10 @@ class Plan:
     workspace_bytes: int
 
 
-#: Backends by priority, highest first. Kernel backends go ahead of the reference.
-_BACKENDS: list[Backend] = [TritonBackend(), CuteBackend(), ReferenceBackend()]
+#: Backends by priority, highest first. Kernel backends go ahead of the reference; the CuTe
+#: backend goes ahead of Triton, and its ``why_not_default`` (a pure rule,
+#: ``cute_backend.prefers_cute``) passes the calls it is not faster on to Triton.
+_BACKENDS: list[Backend] = [CuteBackend(), TritonBackend(), ReferenceBackend()]
 #: functions called when the list changes (the dispatcher drops its cached plans)
 _ON_CHANGE: list = []
 
@@ -86,6 +88,8 @@ def select_backend(problem: RelAttnProblem, facts: DeviceFacts, requested: str |
     for backend in _BACKENDS:
         if problem.device_type not in backend.default_device_types:
             continue
+        if backend.why_not_default(problem, facts) is not None:
+            continue  # it could run the call, but is not the better choice for it: no warning
         reason = backend.is_available() or backend.why_not(problem, facts)
         if reason is None:
             return backend, skipped
@@ -103,8 +107,8 @@ def plan(
     """The plan of one call: pure in its arguments (no tensors, no device queries).
 
     ``backend``: a backend's name to force, or None for the dispatcher's default choice (the
-    first registered backend that can run the call). Raises ``ValueError`` when the named
-    backend cannot run it, or none can.
+    first registered backend that is preferred for the call, ``why_not_default``, and can run
+    it). Raises ``ValueError`` when the named backend cannot run it, or none can.
 
     Equivalent: what ``torch.ops.inkling.rel_attn`` runs for a call whose problem is ``problem``
     on a device with ``facts``.

@@ -79,27 +79,40 @@ def enumerate_compile_keys(
     config: ServingConfig,
     *,
     facts: DeviceFacts,
-    backend: str,
+    backend: str | None,
     policy: SplitPolicy | None | object = _OWN_PLAN,
 ) -> set[CompileKey]:
     """Every key a call of ``config`` can produce on a device with ``facts``, on ``backend``.
 
     By default each key comes from :func:`inkling_ops.planning.plan_for` on the registered backend
-    of that name, the same function the dispatcher runs. ``policy``: a split policy (None: never
-    split) to use instead, for a backend that is not registered. Covers every max_seqlen_q in
+    of that name, the same function the dispatcher runs, for the calls that backend accepts (its
+    ``why_not``). ``backend=None``: on the backend the dispatcher's default choice picks for each
+    call (``planning.select_backend``; the keys then name more than one backend where a rule
+    prefers one backend on some calls). ``policy``: a split policy (None: never split) to use
+    instead, for a backend that is not registered. Covers every max_seqlen_q in
     [1, min(max_num_batched_tokens, max_model_len)] and every request count in [1, max_num_seqs],
     through their buckets, on the standard aligned tensor layout.
     """
     from . import planning  # planning imports the backends; serving stays importable without them
 
     keys = set()
-    chosen = planning.get_backend(backend) if policy is _OWN_PLAN else None
+    registered = policy is _OWN_PLAN
+    if not registered and backend is None:
+        raise ValueError("enumerate_compile_keys: a split policy needs a backend name; got backend=None")
+    chosen = planning.get_backend(backend) if registered and backend is not None else None
     for q_bucket, reqs, width in representative_calls(config):
         problem = problem_for(
             config, num_tokens=max(q_bucket, reqs), num_reqs=reqs, max_seqlen_q=q_bucket, max_blocks_per_seq=width
         )
-        if chosen is not None:
-            keys.add(planning.plan_for(chosen, problem, facts, STANDARD_LAYOUT).key)
+        if registered:
+            if chosen is None:
+                target = problem._replace(device_type="cuda" if facts.arch.startswith("sm_") else "cpu")
+                on, _ = planning.select_backend(target, facts, None)
+            elif chosen.why_not(problem, facts) is None:
+                on = chosen
+            else:
+                continue
+            keys.add(planning.plan_for(on, problem, facts, STANDARD_LAYOUT).key)
             continue
         splits = 1 if policy is None else split_count(problem, facts, policy)
         keys.add(compile_key(problem, arch=facts.arch, backend=backend, splits=splits))

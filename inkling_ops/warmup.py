@@ -1,9 +1,9 @@
 """Warmup: compile every compile key of a serving configuration before serving.
 
 :func:`warmup` enumerates the keys of a configuration for a target device
-(:func:`inkling_ops.serving.enumerate_compile_keys`) and has the backend compile each one from
-the key alone (``Backend.compile``): no tensors, no kernel launch, and for the Triton backend no
-GPU either, so a build machine can fill the persistent kernel store (:mod:`inkling_ops.kernel_cache`)
+(:func:`inkling_ops.serving.enumerate_compile_keys`) and has the key's backend compile each one
+from the key alone (``Backend.compile``): no tensors, no kernel launch, and for the Triton and
+CuTe backends no GPU either, so a build machine can fill the persistent kernel store (:mod:`inkling_ops.kernel_cache`)
 for the GPU that will serve, given its :class:`~inkling_ops.compile_keys.DeviceFacts`. The
 serving process computes the same keys and finds every kernel in the store (same versions, same
 arch: the store's fingerprint).
@@ -99,8 +99,9 @@ def warmup(
     ``facts``: the target device (``DeviceFacts(arch="sm_90a", num_sms=132)`` on a machine without
     it); None: those of ``device`` (default: the current CUDA device, else the CPU).
     ``backend``: the backend the serving calls will use (None: the dispatcher's default choice for
-    the target). ``device`` is used only by a backend that must run calls to warm (see the module
-    docstring). Shows a progress bar (tqdm, when installed) unless ``progress`` is False. Records
+    each call on the target, which may be more than one backend; the summary's ``backend`` then
+    joins their names with ``+``). ``device`` is used only by a backend that must run calls to
+    warm (see the module docstring). Shows a progress bar (tqdm, when installed) unless ``progress`` is False. Records
     the keys with ``strict.note_warmed``. Returns what it did.
 
     Equivalent PyTorch: for every key of ``enumerate_compile_keys(config, facts=facts, ...)``,
@@ -111,32 +112,36 @@ def warmup(
         facts = dispatch.device_facts(device)
     target = "cuda" if facts.arch.startswith("sm_") else "cpu"
     max_q = min(config.max_num_batched_tokens, config.max_model_len)
-    # The backend the dispatcher picks for a call of this configuration on the target.
-    probe = problem_for(config, num_tokens=1, num_reqs=1, max_seqlen_q=1)._replace(device_type=target)
-    chosen, _ = dispatch.select_backend(probe, facts, backend)
-    keys = sorted(enumerate_compile_keys(config, facts=facts, backend=chosen.name))
+    if backend is not None:  # it must run this configuration's calls (else the error says why)
+        probe = problem_for(config, num_tokens=1, num_reqs=1, max_seqlen_q=1)._replace(device_type=target)
+        backend = dispatch.select_backend(probe, facts, backend)[0].name
+    # None: per call, the backend the dispatcher picks on the target
+    keys = sorted(enumerate_compile_keys(config, facts=facts, backend=backend))
+    backends = {name: dispatch.get_backend(name) for name in sorted({key.backend for key in keys})}
 
-    stats = getattr(chosen, "compile_stats", None)
-    before = dict(stats) if stats is not None else {}
+    before = {name: dict(getattr(b, "compile_stats", {})) for name, b in backends.items()}
     launched = 0
     bar = _progress(len(keys), enabled=progress)
     start = time.perf_counter()
     for key in keys:
-        bar.set_description(f"q<={key.max_seqlen_q_bucket} splits={key.num_splits}")
+        bar.set_description(f"{key.backend} q<={key.max_seqlen_q_bucket} splits={key.num_splits}")
         try:
-            chosen.compile(key)
+            backends[key.backend].compile(key)
         except NotImplementedError:
             _warm_by_a_call(config, key, max_q=max_q, device=device)
             launched += 1
         bar.update(1)
     bar.close()
     seconds = time.perf_counter() - start
-    strict.note_warmed(chosen.name, keys)
-    after = dict(stats) if stats is not None else {}
-    counts = {name: after.get(name, 0) - before.get(name, 0) for name in ("compiled", "loaded", "memory")}
+    counts = dict(compiled=0, loaded=0, memory=0)
+    for name, b in backends.items():
+        strict.note_warmed(name, [key for key in keys if key.backend == name])
+        after = getattr(b, "compile_stats", {})
+        for field in counts:
+            counts[field] += after.get(field, 0) - before[name].get(field, 0)
     return WarmupSummary(
-        backend=chosen.name, arch=facts.arch, keys=tuple(keys), seconds=seconds, compiled=counts["compiled"],
-        loaded=counts["loaded"], shared=counts["memory"], launched=launched,
+        backend="+".join(backends) or (backend or ""), arch=facts.arch, keys=tuple(keys), seconds=seconds,
+        compiled=counts["compiled"], loaded=counts["loaded"], shared=counts["memory"], launched=launched,
     )  # fmt: skip
 
 

@@ -433,3 +433,15 @@ def test_host_overhead_record_has_the_old_fields_and_the_new(tmp_path, capsys):
                 "vllm_entry_point_us", "sdpa_us"):  # fmt: skip
         assert fields[key] > 0, key
     assert fields["command"].startswith("python meta/tools/host_overhead.py --device cpu")
+
+
+def test_host_overhead_with_a_requested_backend(tmp_path):
+    """``--backend NAME``: every call asks for that backend (the CuTe one on the H200); the vLLM
+    entry point, which takes no backend, is left out."""
+    ho = _load_host_overhead()
+    record = tmp_path / "host.jsonl"
+    assert ho.main(["--device", "cpu", "--calls", "2", "--backend", "reference", "--record", str(record)]) == 0
+    fields = json.loads(record.read_text())
+    assert fields["requested_backend"] == fields["default_backend"] == "reference"
+    assert fields["vllm_entry_point_us"] is None and fields["rel_attn_out_default_backend_us"] > 0
+    assert "--backend reference" in fields["command"]

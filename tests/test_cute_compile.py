@@ -12,7 +12,6 @@ wider set marked slow.
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -38,30 +37,14 @@ def _problem(*, dtype=torch.bfloat16, heads=8, kv_heads=1, page=16, extent=1024,
     )  # fmt: skip
 
 
-def _ptx_dir(tmp_path) -> tuple[str, str]:
-    """(dump directory, extra compile options): the user's CUTE_DSL_DUMP_DIR when CUTE_DSL_KEEP
-    asks for PTX (the DSL writes it there itself), else ``tmp_path``."""
-    keep = os.environ.get("CUTE_DSL_KEEP", "")
-    if "ptx" in keep or keep == "all":
-        return os.environ.get("CUTE_DSL_DUMP_DIR", os.getcwd()), ""
-    return str(tmp_path), f"--keep-ptx --dump-dir {tmp_path}"
-
-
-def _compile_ptx(problem: RelAttnProblem, tmp_path) -> str:
+def _compile_ptx(problem: RelAttnProblem) -> str:
+    """The PTX of the backend's compile for ``problem``'s key (cute_runtime keeps it: in the
+    user's CUTE_DSL_DUMP_DIR when CUTE_DSL_KEEP asks for PTX, else in a temporary directory)."""
     plan = planning.plan(problem, HOPPER, backend="cute")
     assert plan.backend == "cute" and plan.num_splits == 1
-    config = cute_backend.fwd_config(plan.key)
-    directory, options = _ptx_dir(tmp_path)
-    before = {name for name in os.listdir(directory) if name.endswith(".ptx")} if os.path.isdir(directory) else set()
-    fn = cute_backend.compile_config(config, plan.key.arch, extra_options=options)
-    assert callable(fn)
-    fresh = sorted(
-        (os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".ptx") and n not in before),
-        key=os.path.getmtime,
-    )
-    assert fresh, f"no PTX was written to {directory}"
-    with open(fresh[-1]) as f:
-        return f.read()
+    compiled = cute_backend.compile_config(cute_backend.fwd_config(plan.key), plan.key.arch, ptx=True)
+    assert callable(compiled.function) and compiled.arch == "sm_90a"
+    return compiled.ptx
 
 
 def _check_hopper_ptx(ptx: str, *, bias: bool = True) -> None:
@@ -84,12 +67,12 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True) -> None:
         assert "ld.shared" in ptx  # the softmax reads the staged bias from shared memory
 
 
-def test_cute_compile_global_page16_g8(tmp_path):
-    _check_hopper_ptx(_compile_ptx(_problem(page=16), tmp_path))
+def test_cute_compile_global_page16_g8():
+    _check_hopper_ptx(_compile_ptx(_problem(page=16)))
 
 
-def test_cute_compile_sliding_page128_g4_fp16(tmp_path):
-    ptx = _compile_ptx(_problem(dtype=torch.float16, kv_heads=2, page=128, extent=512, window=511), tmp_path)
+def test_cute_compile_sliding_page128_g4_fp16():
+    ptx = _compile_ptx(_problem(dtype=torch.float16, kv_heads=2, page=128, extent=512, window=511))
     _check_hopper_ptx(ptx)
     assert "f16.f16" in ptx and "bf16.bf16" not in ptx
 
@@ -106,8 +89,8 @@ def test_cute_compile_sliding_page128_g4_fp16(tmp_path):
     ],
     ids=["global-page128-g8", "global-page64-g4", "sliding-page16-g4", "fp16-page16-g8", "page48-mha"],
 )
-def test_cute_compile_slow(tmp_path, kw):
-    _check_hopper_ptx(_compile_ptx(_problem(**kw), tmp_path))
+def test_cute_compile_slow(kw):
+    _check_hopper_ptx(_compile_ptx(_problem(**kw)))
 
 
 @pytest.mark.slow
@@ -146,7 +129,9 @@ def test_cute_backend_refusals():
     assert "float32" in backend.why_not(_problem(dtype=torch.float32), HOPPER)
     assert "multiple of 8" in backend.why_not(_problem(extent=20), HOPPER)
     assert "num_splits 4" in backend.why_not(_problem()._replace(num_splits=4), HOPPER)
-    assert backend.default_device_types == () and backend.split_policy is None
+    assert backend.split_policy is None
+    # chosen by default only on the classes of cute_backend.DEFAULT_CASES: tests/test_cute_dispatch.py
+    assert "not one it is preferred on" in backend.why_not_default(_problem()._replace(max_seqlen_q=1), HOPPER)
 
 
 def test_cute_keys_share_a_compiled_config():

@@ -34,6 +34,13 @@ class Backend(abc.ABC):
         """None if the backend's software is importable here, else why not."""
         return None
 
+    def why_not_default(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
+        """None if the dispatcher's default choice may pick this backend for ``problem`` (on one
+        of ``default_device_types``), else why it is not preferred there: a pure rule of where it
+        is faster. Such a backend is passed over silently (it could run the call; another is
+        better), unlike one that cannot (``why_not``). Default: preferred wherever it runs."""
+        return None
+
     @abc.abstractmethod
     def why_not(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
         """None if this backend runs ``problem`` on a device with ``facts``, else the reason it cannot."""

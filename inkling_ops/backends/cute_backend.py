@@ -1,23 +1,30 @@
 """The CuTe DSL backend: our Hopper (sm_90a) forward kernel (inkling_ops/kernels/cute_fwd_sm90.py).
 
-Runs only when asked for by name (``backend="cute"``) until it is measured faster than Triton
-on a case class: ``default_device_types`` is empty. It never splits the KV range.
+Chosen by default only on the case classes of :data:`DEFAULT_CASES` (:func:`prefers_cute`, a
+pure rule written from the H200 measurements in meta/TUNING.md, "CuTe backend": global-attention
+prefill at pages 16 and 128); elsewhere it runs only when asked for by name, ``backend="cute"``.
+It never splits the KV range.
 
 Compiled kernels are keyed by the call's :class:`~inkling_ops.compile_keys.CompileKey`; keys
 that differ only in values the kernel takes at run time (page size, window, the max_seqlen_q
-bucket, the extent E)
-share one compiled function, keyed by its :class:`~inkling_ops.kernels.cute_fwd_sm90.CuteFwdConfig`.
-Compiling needs no GPU and no tensors (fake tensors, ``--gpu-arch`` from the key), so
-:meth:`CuteBackend.compile` works on a CPU machine. The compiled function is a TVM-FFI
-function called with the torch tensors; it launches on torch's current stream and reads every
-length from device memory, so a call never syncs with the host and can be captured in a CUDA graph.
+bucket, the extent E) share one compiled function, keyed by its
+:class:`~inkling_ops.kernels.cute_fwd_sm90.CuteFwdConfig`, and one entry of the persistent store
+(:mod:`inkling_ops.kernel_cache`, a ``cute_fingerprint`` store: :func:`store_entry`). A key's
+function comes from memory, else the store, else a compile for ``key.arch`` (fake tensors, no
+GPU: :meth:`CuteBackend.compile` works on a CPU machine), which is exported to the store and
+loaded back; the run path calls :func:`inkling_ops.strict.check_compile` first. The function is
+a TVM-FFI function called with the torch tensors; it launches on torch's current stream and
+reads every length from device memory, so a call never syncs with the host and can be captured
+in a CUDA graph.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
-from .. import strict
+from .. import kernel_cache, strict
 from ..compile_keys import CompileKey, DeviceFacts
 from ..problem import RelAttnArgs, RelAttnProblem
 from .base import Backend
@@ -29,6 +36,41 @@ MAX_Q_PER_KV = 64
 REL_EXTENT_MULTIPLE = 8
 #: the kernel's window argument for a layer without one (every causal key is within it)
 NO_WINDOW = 1 << 30
+#: the arches the kernel is compiled for
+HOPPER_ARCHES = ("sm_90", "sm_90a")
+
+#: A call is in the "decode" class when its max_seqlen_q is at most this (single-token and
+#: speculative decode; Triton splits those, this backend does not), else in "prefill": a plan sees
+#: no KV lengths, so a first prefill, a chunked-prefill extend and a mixed batch (one prefill chunk
+#: and many decodes) are one class, told apart by nothing the plan knows.
+DECODE_MAX_SEQLEN_Q = 16
+
+#: The case classes ``(phase, page_size, attention)`` on which the dispatcher prefers this backend
+#: to Triton on Hopper: phase "prefill" or "decode" (:data:`DECODE_MAX_SEQLEN_Q`), a page size
+#: (None: any), attention "global" or "sliding". A class goes in when the H200 measurements say
+#: it is faster than Triton there (meta/TUNING.md, "CuTe backend"). At 46a147e, one H200 run:
+#: 8K global prefill 1.19x Triton at page 128 and 1.13x at page 16, 4 x 2K chunks on 16K 1.16x at
+#: page 16; 8K sliding 1.01x (page 128) and 0.98x (page 16): not in; decode not measured (the
+#: kernel never splits; at 58f8ec6 64 x 8K decode was 1.9x slower): not in.
+DEFAULT_CASES: frozenset[tuple[str, int | None, str]] = frozenset({("prefill", 16, "global"), ("prefill", 128, "global")})
+
+
+def case_class(problem: RelAttnProblem) -> tuple[str, int, str]:
+    """``(phase, page_size, attention)`` of ``problem``, the terms of :data:`DEFAULT_CASES`: pure."""
+    phase = "decode" if problem.max_seqlen_q <= DECODE_MAX_SEQLEN_Q else "prefill"
+    return phase, problem.page_size, "sliding" if problem.window_left >= 0 else "global"
+
+
+def prefers_cute(problem: RelAttnProblem, facts: DeviceFacts, cases=None) -> bool:
+    """Whether the dispatcher's default choice for ``problem`` on a device with ``facts`` is this
+    backend rather than Triton: a Hopper device and a case class in ``cases`` (default
+    :data:`DEFAULT_CASES`, read at each call). Pure; whether the backend can run the call at all
+    is :meth:`CuteBackend.why_not`'s to say."""
+    if facts.arch not in HOPPER_ARCHES:
+        return False
+    phase, page, attention = case_class(problem)
+    table = DEFAULT_CASES if cases is None else cases
+    return (phase, page, attention) in table or (phase, None, attention) in table
 
 
 def _kernel_module():
@@ -44,12 +86,22 @@ def fwd_config(key: CompileKey):
     )  # fmt: skip
 
 
-def compile_config(config, arch: str, extra_options: str = ""):
+def store_entry(config) -> str:
+    """The persistent store's entry name of ``config``'s compiled function (the store directory
+    already names the arch, the kernel sources and the DSL version): pure."""
+    return "rel_attn_fwd_sm90-" + hashlib.sha256(repr(config).encode()).hexdigest()[:16]
+
+
+def compile_config(config, arch: str, *, options: str = "", ptx: bool = False):
     """Compile the kernel of ``config`` for ``arch`` (e.g. ``"sm_90a"``); no GPU needed. The
-    one place this backend compiles, so that a persistent store can take it over.
-    ``extra_options``: more DSL compile flags (e.g. ``--keep-ptx --dump-dir DIR``)."""
-    options = f"--enable-tvm-ffi --gpu-arch {arch} {extra_options}".strip()
-    return _kernel_module().compile_fwd(config, options=options)
+    one place this backend compiles. Returns a ``cute_runtime.CuteCompiled`` (with the PTX text
+    when ``ptx`` or the user's ``CUTE_DSL_KEEP`` keeps it). ``options``: more DSL compile flags."""
+    from ..kernels import cute_runtime
+
+    module = _kernel_module()
+    return cute_runtime.compile_with(
+        lambda flags: module.compile_fwd(config, options=flags), arch=arch, options=options, ptx=ptx, name=config
+    )
 
 
 def _fits(t: torch.Tensor, *, leading: int) -> bool:
@@ -61,15 +113,19 @@ def _fits(t: torch.Tensor, *, leading: int) -> bool:
 class CuteBackend(Backend):
     name = "cute"
     device_types = ("cuda",)
-    default_device_types = ()
+    #: by default only where :func:`prefers_cute` says so (:meth:`why_not_default`)
+    default_device_types = ("cuda",)
     split_policy = None
 
     def __init__(self) -> None:
-        #: CompileKey -> compiled function (the hot path's one lookup)
+        #: CompileKey -> loaded function (the hot path's one lookup)
         self._by_key: dict[CompileKey, object] = {}
-        #: (CuteFwdConfig, arch) -> compiled function
+        #: (CuteFwdConfig, arch) -> loaded function
         self._by_config: dict[tuple, object] = {}
-        self.compile_stats = dict(memory=0, compiled=0)
+        self._stores: dict[tuple, kernel_cache.KernelStore] = {}
+        #: how :meth:`compile` and the run path obtained functions: "memory" (a key whose
+        #: configuration was obtained before), "loaded" (persistent store), "compiled"
+        self.compile_stats = dict(memory=0, loaded=0, compiled=0)
 
     def is_available(self) -> str | None:
         try:
@@ -80,8 +136,13 @@ class CuteBackend(Backend):
             return f"the CuTe DSL is not importable ({exc}); pip install 'inkling_ops[cute]'"
         return None
 
+    def why_not_default(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
+        if prefers_cute(problem, facts):
+            return None
+        return f"case class {case_class(problem)} is not one it is preferred on (cute_backend.DEFAULT_CASES)"
+
     def why_not(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
-        if facts.arch not in ("sm_90", "sm_90a"):
+        if facts.arch not in HOPPER_ARCHES:
             return f"its kernel is for Hopper (sm_90a); the device is {facts.arch}"
         if problem.dtype not in SUPPORTED_DTYPES:
             return f"dtype {problem.dtype} is not bfloat16 or float16"
@@ -103,40 +164,91 @@ class CuteBackend(Backend):
         """The kernel configuration of ``key``; no workspace."""
         return fwd_config(key), 0
 
+    def store(self, arch: str) -> kernel_cache.KernelStore:
+        """The persistent store of ``arch`` CuTe kernels under the current cache root."""
+        root = kernel_cache.cache_dir()
+        store = self._stores.get((root, arch))
+        if store is None:
+            store = self._stores[root, arch] = kernel_cache.KernelStore(arch, root=root, facts=kernel_cache.cute_fingerprint(arch))
+        return store
+
     def compile(self, key: CompileKey) -> list:
-        """The compiled function of ``key`` (from memory, or compiled for ``key.arch``)."""
+        """The loaded function of ``key``: from memory, the persistent store, or compiled for
+        ``key.arch`` (no GPU needed), exported to the store and loaded from there."""
         return [self._function(key)]
 
-    def _function(self, key: CompileKey, describe=None):
+    def _function(self, key: CompileKey, describe=None, *, on_run_path: bool = False):
         fn = self._by_key.get(key)
         if fn is not None:
             self.compile_stats["memory"] += 1
             return fn
         config = fwd_config(key)
         fn = self._by_config.get((config, key.arch))
-        if fn is None:
-            if describe is not None:
-                strict.check_compile(self.name, key, describe)
-            fn = self._by_config[config, key.arch] = compile_config(config, key.arch)
-            self.compile_stats["compiled"] += 1
+        if fn is not None:
+            self.compile_stats["memory"] += 1
+        else:
+            from ..kernels import cute_runtime
+
+            def build():
+                if on_run_path:
+                    strict.check_compile(self.name, key, describe)
+                return compile_config(config, key.arch)
+
+            fn, how = cute_runtime.obtain(self.store(key.arch), store_entry(config), build, describe=repr(config))
+            self.compile_stats[how] += 1
+            self._by_config[config, key.arch] = fn
         self._by_key[key] = fn
         return fn
+
+    def _run_function(self, key: CompileKey, problem: RelAttnProblem):
+        fn = self._by_key.get(key)
+        if fn is None:
+            describe = lambda: (  # noqa: E731
+                f"{problem.num_tokens} tokens, {problem.num_reqs} requests, max_seqlen_q {problem.max_seqlen_q}"
+            )
+            fn = self._function(key, describe, on_run_path=True)
+        return fn
+
+    def prepare(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor):
+        """The call's loaded function and scalars bound once: the returned ``prepared(args,
+        pointers, out)`` calls it with the tensors and nothing else. The call cache repeats it
+        only on tensors with the same shapes, strides and dtypes whose pointers are all 16-byte
+        aligned when these were, so the layout checks of :meth:`run` hold for every repeat. None
+        (the call goes through :meth:`run`) when :meth:`run` would copy ``q``, ``rel_logits`` or
+        the block table, or refuse the call, or there is nothing to launch."""
+        if not args.q.is_cuda:
+            return None
+        return self._prepare(plan, problem, args, out)
+
+    def _prepare(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor):
+        """:meth:`prepare` on tensors of any device (the tests bind CPU tensors to a stand-in)."""
+        if problem.max_seqlen_q <= 0 or problem.num_heads == 0:
+            return None
+        q, k, v, table, seqlens, cu, rel = args
+        if not (_fits(q, leading=2) and _fits(rel, leading=2) and table.stride(-1) == 1):
+            return None
+        if not all(_fits(t, leading=t.dim() - 1) for t in (k, v, out)):
+            return None
+        fn = self._run_function(plan.key, problem)
+        scale, max_q = problem.softmax_scale, problem.max_seqlen_q
+        window = problem.window_left if problem.window_left >= 0 else NO_WINDOW
+
+        def prepared(args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:
+            q, k, v, table, seqlens, cu, rel = args
+            fn(q, k, v, out, table, seqlens, cu, rel, scale, window, max_q)
+
+        return prepared
 
     def run(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor) -> None:
         """Launch the kernel of ``plan.key`` on the call's tensors, writing ``out``."""
         if problem.num_tokens == 0 or problem.num_reqs == 0 or problem.max_seqlen_q <= 0 or problem.num_heads == 0:
             return  # nothing to compute (and a grid of no blocks cannot launch)
-        fn = self._by_key.get(plan.key)
-        if fn is None:
-            describe = lambda: (  # noqa: E731
-                f"{problem.num_tokens} tokens, {problem.num_reqs} requests, max_seqlen_q {problem.max_seqlen_q}"
-            )
-            fn = self._function(plan.key, describe)
+        fn = self._run_function(plan.key, problem)
         q, k, v, table, seqlens, cu, rel = args
         if not _fits(q, leading=2):
-            q = q.contiguous()
+            q = q.clone(memory_format=torch.contiguous_format)  # a copy (a contiguous q may be misaligned)
         if not _fits(rel, leading=2):
-            rel = rel.contiguous()
+            rel = rel.clone(memory_format=torch.contiguous_format)
         for name, t in (("key_cache", k), ("value_cache", v), ("out", out)):
             if not _fits(t, leading=t.dim() - 1):
                 raise ValueError(

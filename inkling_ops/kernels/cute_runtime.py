@@ -2,7 +2,8 @@
 export into the persistent store and load back, and launch on torch's current stream.
 
 - :func:`compile_for_arch` runs ``cute.compile`` with TVM-FFI on for ``arch`` (default
-  ``sm_90a``), on any machine: the DSL embeds its PTX compiler and needs no driver. Example
+  ``sm_90a``), on any machine: the DSL embeds its PTX compiler and needs no driver
+  (:func:`compile_with` does the same for a kernel module that makes its own arguments). Example
   arguments are fake tensors (``cute.runtime.make_fake_compact_tensor`` / ``make_fake_tensor``
   with ``cute.sym_int()`` sizes for what varies at run time), Python or DSL scalars, and
   :func:`env_stream` for the stream parameter. The user's ``CUTE_DSL_KEEP`` and
@@ -93,21 +94,31 @@ def compile_for_arch(jit_fn: Callable, *example_args: Any, arch: str = DEFAULT_A
     is ``arch`` too, so that code asking the DSL for the target (MMA and copy atoms) sees it on a
     machine whose own GPU, or lack of one, says otherwise.
     """
-    if not isinstance(arch, str) or not _ARCH.fullmatch(arch):
-        raise ValueError(f"arch must name a CUDA architecture like 'sm_90a', got {arch!r}")
     import cutlass.cute as cute
 
+    name = getattr(jit_fn, "__name__", jit_fn)
+    return compile_with(lambda flags: cute.compile(jit_fn, *example_args, options=flags), arch=arch, options=options, ptx=ptx, name=name)
+
+
+def compile_with(compile_fn: Callable[[str], Any], *, arch: str = DEFAULT_ARCH, options: str = "", ptx: bool = False, name: object = "") -> CuteCompiled:
+    """:func:`compile_for_arch` for a kernel module that builds its own example arguments:
+    ``compile_fn(flags)`` must return ``cute.compile(..., options=flags)``. ``flags`` hold
+    ``--enable-tvm-ffi --gpu-arch <arch>``, the dump options of ``CUTE_DSL_KEEP`` /
+    ``CUTE_DSL_DUMP_DIR`` (and of ``ptx``), then ``options``; the DSL's arch is ``arch`` meanwhile.
+    ``name``: what the error says was compiled when no PTX was kept."""
+    if not isinstance(arch, str) or not _ARCH.fullmatch(arch):
+        raise ValueError(f"arch must name a CUDA architecture like 'sm_90a', got {arch!r}")
     dump_flags, private_dir = _dump_options(want_ptx=ptx)
     flags = f"--enable-tvm-ffi --gpu-arch {arch} {dump_flags} {options}".strip()
     try:
         with _dsl_arch(arch):
-            function = cute.compile(jit_fn, *example_args, options=flags)
+            function = compile_fn(flags)
         text = _ptx_text(function)
     finally:
         if private_dir is not None:
             shutil.rmtree(private_dir, ignore_errors=True)
     if ptx and text is None:
-        raise RuntimeError(f"cute.compile kept no PTX for {getattr(jit_fn, '__name__', jit_fn)!r} (options {flags!r})")
+        raise RuntimeError(f"cute.compile kept no PTX for {name!r} (options {flags!r})")
     return CuteCompiled(function=function, arch=arch, ptx=text)
 
 

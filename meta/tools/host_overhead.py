@@ -1,6 +1,6 @@
 """Measure the eager host overhead of calling rel_attn (lab tool, not the product).
 
-    python meta/tools/host_overhead.py [--device cpu|cuda] [--record meta/host_overhead.jsonl]
+    python meta/tools/host_overhead.py [--device cpu|cuda] [--backend NAME] [--record meta/host_overhead.jsonl]
 
 Each figure is the median over repeated batches of back-to-back calls (host wall time per call;
 on CUDA without synchronizing inside a batch, on a problem small enough that the GPU never holds
@@ -23,6 +23,12 @@ the host back), all on one tiny decode in one process:
    the combine: ``*_split_us``); ``default_num_splits`` is what the heuristic chose for the
    default rows;
 6. ``F.scaled_dot_product_attention`` on the same decode (dense K/V, no bias), for scale.
+
+``--backend NAME`` (e.g. ``cute``) passes ``backend=NAME`` to every call of 2-5 instead of the
+dispatcher's default choice, and records ``requested_backend``; the vLLM entry point takes no
+backend, so its figure is then left out (None). The decode (4 requests, one query each, 64 keys,
+8 / 1 heads, head_dim 128, E 64, bf16 on CUDA) is one the CuTe backend runs (it never splits:
+``num_splits`` 0 gives it one split).
 """
 
 from __future__ import annotations
@@ -58,13 +64,14 @@ _PROBE_SCHEMA = (
 
 @contextlib.contextmanager
 def backend_without_kernels(args: tuple, options: dict):
-    """The backend the dispatcher picks for this call, its ``run`` a no-op inside the block.
+    """The backend the dispatcher picks for this call (``options["backend"]`` when given), its
+    ``run`` a no-op inside the block.
 
     Patches the attribute on that backend instance (``mock.patch.object``), which restores the
     method on exit; the dispatcher's list of backends is left as it is. Yields the backend's name.
     """
     problem = check_call(*args, options["max_seqlen_q"], options["softmax_scale"], options["window_size"], True, 0, options["out"])
-    backend, _plan = dispatch.plan_call(problem, args[0].device, None)
+    backend, _plan = dispatch.plan_call(problem, args[0].device, options.get("backend"))
     # the call cache keeps each call's prepared launch: start and end without entries, so the
     # patched backend's no-op launch is the one the measured calls reuse
     call_cache.clear()
@@ -120,8 +127,9 @@ def _registration_probes(args, options):
     return define, decorated, lib
 
 
-def measure(device: str, calls: int = 2000) -> dict:
-    """The figures of the module docstring on ``device``; ``calls`` per batch (15% of it for the calls that run kernels)."""
+def measure(device: str, calls: int = 2000, backend: str | None = None) -> dict:
+    """The figures of the module docstring on ``device``; ``calls`` per batch (15% of it for the
+    calls that run kernels); ``backend``: the backend every call asks for (None: the default choice)."""
     case = make_case([1] * 4, [64] * 4, num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=64,
                      dtype=torch.bfloat16 if device == "cuda" else torch.float32, device=device)  # fmt: skip
     out = torch.empty_like(case.q)
@@ -129,6 +137,8 @@ def measure(device: str, calls: int = 2000) -> dict:
             case.rel_logits)  # fmt: skip
     options = dict(max_seqlen_q=1, softmax_scale=case.softmax_scale, window_size=[-1, -1], out=out)
     define, decorated, _lib = _registration_probes(args, options)
+    if backend is not None:
+        options["backend"] = backend
     op = torch.ops.inkling.rel_attn_out.default
     vllm_kwargs = dict(
         block_table=case.block_table, cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q,
@@ -151,7 +161,7 @@ def measure(device: str, calls: int = 2000) -> dict:
             results["rel_attn_out_null_backend_us"] = _per_call_us(lambda: op(*args, **options), calls=calls, device=device)
         results["null_backend_note"] = f"the {backend_name} backend with its run() patched to a no-op"
         results["rel_attn_out_default_backend_us"] = _per_call_us(lambda: op(*args, **options), calls=heavy, device=device)
-        results["vllm_entry_point_us"] = _per_call_us(
+        results["vllm_entry_point_us"] = None if backend is not None else _per_call_us(
             lambda: inkling_ops.inkling_fa4_rel_attention(case.q, case.key_cache, case.value_cache, **vllm_kwargs),
             calls=heavy, device=device,
         )  # fmt: skip
@@ -159,6 +169,8 @@ def measure(device: str, calls: int = 2000) -> dict:
         # dispatcher), and both entry points on a call that launches one kernel (num_splits=1: no
         # workspace, no combine).
         api_kwargs = {k: v for k, v in vllm_kwargs.items() if k not in ("causal", "rel_extent")}
+        if backend is not None:
+            api_kwargs["backend"] = backend
         results["api_out_us"] = _per_call_us(
             lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs), calls=heavy, device=device
         )
@@ -174,6 +186,7 @@ def measure(device: str, calls: int = 2000) -> dict:
         results["default_num_splits"] = plan.num_splits
         results["sdpa_us"] = _per_call_us(lambda: sdpa(q_dense, k_dense, v_dense, scale=case.softmax_scale, enable_gqa=True), calls=calls, device=device)
         results["default_backend"] = backend_name
+        results["requested_backend"] = backend
         if device == "cuda":
             import triton
 
@@ -187,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--record", default=str(DEFAULT_RECORD), help="JSON-lines file to append to (default meta/host_overhead.jsonl)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per batch (default 2000; the calls that run kernels use 15%% of it)")
+    parser.add_argument("--backend", default=None, help="the backend every call asks for (e.g. cute); default: the dispatcher's choice")
     args = parser.parse_args(argv)
-    results = measure(args.device, calls=args.calls)
+    results = measure(args.device, calls=args.calls, backend=args.backend)
     sha = benchmark_module().git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
     record = dict(
         results,
