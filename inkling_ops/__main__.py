@@ -1,6 +1,7 @@
 """``python -m inkling_ops {demo,bench,warmup,cache}``: the package's command line.
 
-    python -m inkling_ops demo [--device cuda]          one attention step, eager and compiled, checked
+    python -m inkling_ops demo [--device cuda]          a tiny Inkling model served by our loop, checked against HF
+    python -m inkling_ops demo step [--device cuda]     one attention step, eager and compiled, checked
     python -m inkling_ops bench [--page-size 16]        our op on a few cases on this GPU: a table
     python -m inkling_ops warmup --heads 8 --kv-heads 1 --page-size 16 --rel-extent 1024 \\
         --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 131072
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m inkling_ops", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="one attention step, eager and compiled, checked", add_help=False)
+    sub.add_parser("demo", help="a tiny Inkling model served by our loop, checked against HF eager", add_help=False)
     sub.add_parser("bench", help="our op on a few cases on this device: a table", add_help=False)
     warm = sub.add_parser("warmup", help="compile every kernel a serving configuration can reach")
     warm.add_argument("--config", help="a JSON file of ServingConfig fields (flags override it)")

@@ -1,6 +1,6 @@
 """One Inkling-style attention step through torch.ops.inkling.rel_attn, eager and compiled.
 
-    python -m inkling_ops.demo [--device cpu|cuda] [--tokens-per-request 24,1,9]
+    python -m inkling_ops demo step [--device cpu|cuda] [--tokens-per-request 24,1,9]
 
 Builds a layer's projections (q, k, v and the relative branch r with its bank of per-distance
 profiles), a paged KV cache whose pages are shuffled, three requests in one batch (a prefill
@@ -119,7 +119,7 @@ def _time_ms(fn, device: str, reps: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m inkling_ops demo step", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tokens-per-request", default="24,1,9", help="new tokens of each request")
     parser.add_argument("--prefix", default="0,70,40", help="tokens already cached for each request")
