@@ -42,7 +42,7 @@ for step in ${part//,/ }; do
     warmup)
       python3 meta/tools/warmup_probe.py --out "$out/warmup_probe.jsonl" 2>&1 | tee "$out/warmup_probe_$sha.log" ;;
     hf)
-      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hf .whl/transformers-*.whl 2>&1 | tail -2
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hf $(ls .whl/transformers-*.whl /tmp/whl/transformers-*.whl 2>/dev/null | head -1) 2>&1 | tail -2
       PYTHONPATH=/tmp/hf:$PYTHONPATH python3 -m pytest tests/test_hf_integration.py -m gpu -q -rA -p no:cacheprovider 2>&1 \
         | tee "$out/gpu_hf_$sha.log" | tail -15 ;;
     cute)
