@@ -68,7 +68,7 @@ def plan_call(
     hit = _PLANS.get(cache_key)
     if hit is None:
         facts = device_facts(device)
-        backend, skipped = select_backend(problem, facts, requested)
+        backend, skipped = select_backend(problem, facts, requested, layout)
         if skipped:
             _warn_fallback(backend.name, skipped)
         if len(_PLANS) >= MAX_PLANS:

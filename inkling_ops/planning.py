@@ -72,9 +72,12 @@ def get_backend(name: str) -> Backend:
     raise ValueError(f"{OP_NAME}: argument 'backend' is {name!r}; expected one of {backend_names()} or None")
 
 
-def select_backend(problem: RelAttnProblem, facts: DeviceFacts, requested: str | None) -> tuple[Backend, list[str]]:
-    """The backend that runs ``problem`` (``requested`` if given, or an error), and the reasons of
-    the preferred backends the default choice skipped (empty when none was skipped)."""
+def select_backend(
+    problem: RelAttnProblem, facts: DeviceFacts, requested: str | None, layout: KVLayout = STANDARD_LAYOUT
+) -> tuple[Backend, list[str]]:
+    """The backend that runs ``problem`` (``requested`` if given, or an error) on tensors laid out
+    as ``layout``, and the reasons of the preferred backends the default choice skipped (empty
+    when none was skipped)."""
     if requested is not None:
         backend = get_backend(requested)
         reason = backend.is_available()
@@ -88,7 +91,7 @@ def select_backend(problem: RelAttnProblem, facts: DeviceFacts, requested: str |
     for backend in _BACKENDS:
         if problem.device_type not in backend.default_device_types:
             continue
-        if backend.why_not_default(problem, facts) is not None:
+        if backend.why_not_default(problem, facts, layout) is not None:
             continue  # it could run the call, but is not the better choice for it: no warning
         reason = backend.is_available() or backend.why_not(problem, facts)
         if reason is None:
@@ -113,7 +116,7 @@ def plan(
     Equivalent: what ``torch.ops.inkling.rel_attn`` runs for a call whose problem is ``problem``
     on a device with ``facts``.
     """
-    chosen, _ = select_backend(problem, facts, backend)
+    chosen, _ = select_backend(problem, facts, backend, layout)
     return plan_for(chosen, problem, facts, layout)
 
 

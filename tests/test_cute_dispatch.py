@@ -190,3 +190,17 @@ def test_cute_repeated_eager_calls_take_the_prepared_call_and_stay_correct():
     torch.testing.assert_close(out[:n].float(), case.reference_fp32()[:n], atol=2e-2, rtol=2e-2)
     misaligned = [e for bucket in call_cache._ENTRIES.values() for e in bucket if e.backend.name == "cute" and e.prepared is None]
     assert len(misaligned) == 1
+
+
+def test_cute_default_choice_passes_misaligned_calls_to_triton(monkeypatch):
+    """A preferred class with tensors off 16-byte alignment goes to Triton (which has unaligned
+    variants) without a warning; asked for by name, cute still takes it (its run() copies or refuses)."""
+    from inkling_ops.compile_keys import KVLayout
+
+    _cute_on(monkeypatch, ("prefill", 16, "global"))
+    assert planning.plan(_problem(), H200).backend == "cute"
+    misaligned = KVLayout(True, True, 0, False)
+    backend, skipped = planning.select_backend(_problem(), H200, None, misaligned)
+    assert backend.name == "triton" and skipped == []
+    assert planning.plan(_problem(), H200, layout=misaligned).backend == "triton"
+    assert planning.plan(_problem(), H200, "cute", layout=misaligned).backend == "cute"

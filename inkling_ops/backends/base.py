@@ -13,7 +13,7 @@ import abc
 
 import torch
 
-from ..compile_keys import CompileKey, DeviceFacts
+from ..compile_keys import STANDARD_LAYOUT, CompileKey, DeviceFacts, KVLayout
 from ..heuristics import SplitPolicy
 from ..problem import RelAttnArgs, RelAttnProblem
 
@@ -34,11 +34,12 @@ class Backend(abc.ABC):
         """None if the backend's software is importable here, else why not."""
         return None
 
-    def why_not_default(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
+    def why_not_default(self, problem: RelAttnProblem, facts: DeviceFacts, layout: KVLayout = STANDARD_LAYOUT) -> str | None:
         """None if the dispatcher's default choice may pick this backend for ``problem`` (on one
-        of ``default_device_types``), else why it is not preferred there: a pure rule of where it
-        is faster. Such a backend is passed over silently (it could run the call; another is
-        better), unlike one that cannot (``why_not``). Default: preferred wherever it runs."""
+        of ``default_device_types``) with its tensors laid out as ``layout``, else why it is not
+        preferred there: a pure rule of where it is faster. Such a backend is passed over silently
+        (it could run the call; another is better), unlike one that cannot (``why_not``).
+        Default: preferred wherever it runs."""
         return None
 
     @abc.abstractmethod

@@ -25,7 +25,7 @@ import hashlib
 import torch
 
 from .. import kernel_cache, strict
-from ..compile_keys import CompileKey, DeviceFacts
+from ..compile_keys import STANDARD_LAYOUT, CompileKey, DeviceFacts, KVLayout
 from ..problem import RelAttnArgs, RelAttnProblem
 from .base import Backend
 
@@ -136,7 +136,9 @@ class CuteBackend(Backend):
             return f"the CuTe DSL is not importable ({exc}); pip install 'inkling_ops[cute]'"
         return None
 
-    def why_not_default(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
+    def why_not_default(self, problem: RelAttnProblem, facts: DeviceFacts, layout: KVLayout = STANDARD_LAYOUT) -> str | None:
+        if not layout.aligned:  # run() would copy q / rel_logits or refuse out, K, V: Triton has variants for it
+            return "the call's tensors are not all 16-byte aligned with strides in multiples of 16 elements"
         if prefers_cute(problem, facts):
             return None
         return f"case class {case_class(problem)} is not one it is preferred on (cute_backend.DEFAULT_CASES)"
