@@ -143,7 +143,9 @@ SCHEDULE_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize("splits", [1, 3])
+# the split runs of the schedule options are the default run's longest interpreter group (~36 x 9-12 s
+# on the CPU machine): the slow suite; test_band_options_match_reference keeps splits in the default run
+@pytest.mark.parametrize("splits", [1, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("options", SCHEDULE_OPTIONS, ids=lambda o: "+".join(sorted(o)))
 @pytest.mark.parametrize("kwargs", [c[1] for c in BAND_CASES], ids=[c[0] for c in BAND_CASES])
 def test_tile_schedules_match_reference(kwargs, options, splits):
