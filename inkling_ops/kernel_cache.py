@@ -37,6 +37,8 @@ MANIFEST = "MANIFEST.json"
 FINGERPRINT = "FINGERPRINT.json"
 #: Files of inkling_ops/kernels/ whose contents enter the fingerprint.
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
+#: the kernel modules a Triton entry depends on (an edit of a CuTe kernel leaves Triton's store valid)
+TRITON_SOURCES = "triton_*.py"
 #: The CuTe DSL kernel modules (and their runtime), the sources of a CuTe store's fingerprint.
 CUTE_SOURCES = "cute_*.py"
 #: What a CuTe entry depends on besides our sources: the DSL that compiled it and the TVM-FFI ABI
@@ -94,7 +96,7 @@ def fingerprint(arch: str, *, version: str | None = None, sources: str | None = 
     and toolchain)."""
     return dict(
         inkling_ops=version if version is not None else package_version(),
-        kernel_sources=sources if sources is not None else sources_hash(),
+        kernel_sources=sources if sources is not None else sources_hash(KERNELS_DIR, TRITON_SOURCES),
         toolchain=dict(toolchain if toolchain is not None else toolchain_versions()),
         arch=arch,
     )
