@@ -180,6 +180,12 @@ class TritonBackend(Backend):
             arch = self._archs[device] = cuda_arch(torch.cuda.get_device_capability(device))
         return arch
 
+    def _kernels(self, key: CompileKey, device: int, problem: RelAttnProblem) -> tuple:
+        """``(config, launchers)`` of ``key`` on ``device``: kept from an earlier call, else built
+        (:meth:`_plan`, which obtains the kernels; strict mode refuses a compile there)."""
+        entry = self._plans.get((key, device))
+        return entry if entry is not None else self._plan(key, device, problem)
+
     def _plan(self, key: CompileKey, device: int, problem: RelAttnProblem) -> tuple:
         from ..kernels.triton_launch import Launcher
 
@@ -237,10 +243,7 @@ class TritonBackend(Backend):
         _, fwd_module, combine_module = _kernel_modules()
         device = args.q.get_device()
         key = plan.key
-        entry = self._plans.get((key, device))
-        if entry is None:
-            entry = self._plan(key, device, problem)
-        config, launchers = entry
+        _config, launchers = self._kernels(key, device, problem)
         from ..kernels.triton_launch import BoundLaunch
 
         num_tokens, num_heads, head_dim = problem.num_tokens, problem.num_heads, problem.head_dim
@@ -274,12 +277,8 @@ class TritonBackend(Backend):
         store or a compile (strict mode refuses the last); under Triton's interpreter they run
         through ``kernel[grid]`` with ``plan.launch``."""
         if args.q.is_cuda and not _INTERPRETED:
-            device = args.q.get_device()
             key = plan.key
-            entry = self._plans.get((key, device))
-            if entry is None:
-                entry = self._plan(key, device, problem)
-            config, launchers = entry
+            config, launchers = self._kernels(key, args.q.get_device(), problem)
             run_triton(
                 args, out,
                 softmax_scale=problem.softmax_scale, window_left=problem.window_left,
