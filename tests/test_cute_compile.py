@@ -59,8 +59,10 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True) -> None:
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
     # warp specialisation: the producer warpgroup gives registers to the two consumer warpgroups,
     # its copies arrive on mbarriers, the consumers wait on them and take turns (named barriers)
-    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
-    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
+    from inkling_ops.kernels.cute_fwd_sm90 import SCHEDULE
+
+    assert re.search(rf"setmaxnreg\.dec\.sync\.aligned\.u32\s+{SCHEDULE.get('producer_regs', 24)};", ptx)
+    assert re.search(rf"setmaxnreg\.inc\.sync\.aligned\.u32\s+{SCHEDULE.get('consumer_regs', 240)};", ptx)
     assert "cp.async.mbarrier.arrive.noinc.shared" in ptx and "mbarrier.try_wait.parity" in ptx
     assert re.search(r"bar\.arrive\s+\S+, 256;", ptx) and re.search(r"bar\.sync\s+\S+, 256;", ptx)
     if bias:
@@ -95,7 +97,8 @@ def test_cute_compile_slow(kw):
 
 @pytest.mark.slow
 def test_cute_compile_release_per_warp(tmp_path):
-    """The per-warp release variant: empty barriers count 8 warps, one elected lane arrives."""
+    """The per-warp release (in SCHEDULE, passed explicitly here): empty barriers count 8 warps,
+    one elected lane arrives."""
     from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)

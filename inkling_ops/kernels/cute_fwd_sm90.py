@@ -67,6 +67,13 @@ ROW_LANES = 16
 BAR_SCHED = 2
 
 
+#: The schedule options :func:`compile_fwd` (so the backend) builds with, over the keyword
+#: defaults of :class:`RelAttnFwdSm90` (which are the schedule measured at 46a147e). What each
+#: option does is in that class's docstring; the measurements behind the choice are in
+#: meta/TUNING.md, "CuTe backend".
+SCHEDULE = dict(fresh_scores=True, page_reuse=True, release_per_warp=True, softmax_ilp=True, producer_regs=32, consumer_regs=232)
+
+
 @dataclass(frozen=True)
 class CuteFwdConfig:
     """The code-shaping facts of one compiled kernel (everything else is a runtime argument)."""
@@ -157,11 +164,20 @@ class RelAttnFwdSm90:
     stage's empty barrier instead of every thread (256 arrivals a stage, FA4 uses one a warp).
     ``consumer_fence`` (on; off not yet measured): a ``fence.proxy.async`` after each K/V wait
     (FA4 has none). ``bias_lanes`` (not yet measured): the bias copies go a 16-lane row group per
-    row (coalesced) instead of one row a producer thread."""
+    row (coalesced) instead of one row a producer thread. ``softmax_ilp`` (not yet measured): a
+    tile's row max and row sum as four independent partial chains instead of one (32 dependent
+    ``fmax`` / ``fadd`` a row). ``debug_all_plain``: every key tile runs as a plain tile (no mask,
+    no bias): a wrong answer, only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
+    ``fresh_scores``: each key tile's ``S`` goes to a new accumulator, so the previous tile's
+    probabilities are dead once converted into P (with one accumulator reused, the zero-init QK
+    GEMM still names it as an input, and the compiler kept the fp32 probabilities live across the
+    loop and converted them twice). ``page_reuse``: one block-table lookup a key tile, used by
+    its K copy and (an iteration later) its V copy, instead of one per copy."""
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
-                 bias_lanes: bool = False):  # fmt: skip
+                 bias_lanes: bool = False, softmax_ilp: bool = False, debug_all_plain: bool = False,
+                 fresh_scores: bool = False, page_reuse: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -179,6 +195,10 @@ class RelAttnFwdSm90:
         self.release_per_warp = release_per_warp
         self.consumer_fence = consumer_fence
         self.bias_lanes = bias_lanes
+        self.softmax_ilp = softmax_ilp
+        self.debug_all_plain = debug_all_plain
+        self.fresh_scores = fresh_scores
+        self.page_reuse = page_reuse
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -370,21 +390,40 @@ class RelAttnFwdSm90:
         tTcT = thr_copy.partition_S(cute.make_identity_tensor((self.tile_n, self.head_dim)))
         num_blocks = mK.shape[0]
         if n_tiles > 0:
-            self._load_rows(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1, thr_copy,
-                            tTcT, copy_atom)  # fmt: skip
-            if num_band > 0:
-                self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block, (n_end - 1) * self.tile_n,
-                                rel_extent, tidx, copy_atom)  # fmt: skip
-            for it in cutlass.range(n_tiles, unroll=1):
-                n = n_end - 1 - it
-                if it + 1 < n_tiles:
-                    self._load_rows(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n - 1,
-                                    thr_copy, tTcT, copy_atom)  # fmt: skip
-                self._load_rows(mV, sV, it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
-                                copy_atom)  # fmt: skip
-                if it + 1 < num_band:
-                    self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+            if const_expr(self.page_reuse):
+                # one block-table lookup a key tile, serving its K copy and, an iteration later,
+                # its V copy; the next tile's lookup is issued before this tile's copies
+                page_k, slot_k = self._lookup(block_row, num_blocks, page_div, kv_len, n_end - 1, tTcT)
+                self._copy_rows(mK, sK, 0, pipe_k, kv_head, page_k, slot_k, thr_copy, tTcT, copy_atom)
+                if num_band > 0:
+                    self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                for it in cutlass.range(n_tiles, unroll=1):
+                    n = n_end - 1 - it
+                    page_v, slot_v = page_k, slot_k
+                    if it + 1 < n_tiles:
+                        page_k, slot_k = self._lookup(block_row, num_blocks, page_div, kv_len, n - 1, tTcT)
+                        self._copy_rows(mK, sK, it + 1, pipe_k, kv_head, page_k, slot_k, thr_copy, tTcT, copy_atom)
+                    self._copy_rows(mV, sV, it, pipe_v, kv_head, page_v, slot_v, thr_copy, tTcT, copy_atom)
+                    if it + 1 < num_band:
+                        self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+            else:
+                self._load_rows(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
+                                thr_copy, tTcT, copy_atom)  # fmt: skip
+                if num_band > 0:
+                    self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                for it in cutlass.range(n_tiles, unroll=1):
+                    n = n_end - 1 - it
+                    if it + 1 < n_tiles:
+                        self._load_rows(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len,
+                                        n - 1, thr_copy, tTcT, copy_atom)  # fmt: skip
+                    self._load_rows(mV, sV, it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy,
+                                    tTcT, copy_atom)  # fmt: skip
+                    if it + 1 < num_band:
+                        self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -406,6 +445,33 @@ class RelAttnFwdSm90:
         j = cutlass.min(n * self.tile_n + tTcT[0, 0, 0][0] + lane * (PRODUCER_THREADS // ROW_LANES), kv_len - 1)
         page_idx, slot = divmod(j, page_div)
         page = cutlass.min(cutlass.max(block_row[page_idx], 0), num_blocks - 1)
+        row_offset = cute.crd2idx((page, slot, kv_head, 0), mX.layout)
+        pipe.producer_acquire(state)
+        tXsX = thr_copy.partition_D(sX[None, None, stage])
+        col = tTcT[0, 0, 0][1]
+        for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
+            dst = tXsX[None, m, 0]
+            address = (mX.iterator + (_shuffle_i64(row_offset, m, ROW_LANES) + col)).toint()
+            src = cute.make_tensor(cute.make_ptr(mX.element_type, address, cute.AddressSpace.gmem, assumed_align=16),
+                                   dst.layout)  # fmt: skip
+            cute.copy(copy_atom, src, dst)
+        pipe.producer_commit(state)
+
+    @cute.jit
+    def _lookup(self, block_row, num_blocks, page_div, kv_len, n, tTcT):
+        """``(page, slot)`` of the row of key tile ``n`` this lane looks up for its 16-lane group
+        (see :meth:`_load_rows`), clamped as there."""
+        lane = cute.arch.lane_idx() % ROW_LANES
+        j = cutlass.min(n * self.tile_n + tTcT[0, 0, 0][0] + lane * (PRODUCER_THREADS // ROW_LANES), kv_len - 1)
+        page_idx, slot = divmod(j, page_div)
+        page = cutlass.min(cutlass.max(block_row[page_idx], 0), num_blocks - 1)
+        return page, slot
+
+    @cute.jit
+    def _copy_rows(self, mX, sX, it, pipe, kv_head, page, slot, thr_copy, tTcT, copy_atom):
+        """:meth:`_load_rows` with this lane's row already looked up (``page``, ``slot``)."""
+        stage = it % STAGES
+        state = _state(STAGES, it, stage, ((it // STAGES) % 2) ^ 1)
         row_offset = cute.crd2idx((page, slot, kv_head, 0), mX.layout)
         pipe.producer_acquire(state)
         tXsX = thr_copy.partition_D(sX[None, None, stage])
@@ -557,14 +623,16 @@ class RelAttnFwdSm90:
                 k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
                 v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
                 self._wait_tile(pipe_k, k_state)
+                # S of this tile (a fresh accumulator: see fresh_scores)
+                acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
                 self._sched_wait(wg_idx)
-                self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], True)
+                self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
                 self._wait_tile(pipe_v, v_state)
                 self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
                 self._sched_signal(wg_idx, True)
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
-                self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
+                self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
                              plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
@@ -572,7 +640,7 @@ class RelAttnFwdSm90:
                 for i in cutlass.range_constexpr(num_rows):
                     for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
                         acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
-                self._to_operand(acc_S, rP)
+                self._to_operand(acc_T, rP)
 
             # last PV
             last = n_tiles - 1
@@ -646,7 +714,14 @@ class RelAttnFwdSm90:
         tile_n = self.tile_n
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
-        if is_plain:
+        if const_expr(self.debug_all_plain):
+            # the producer still stages the bias of band tiles: take it and hand the buffer back
+            if it < num_band:
+                b_state = _state(1, it, 0, it % 2)
+                pipe_b.consumer_wait(b_state)
+                self._release(pipe_b, b_state)
+            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
+        elif is_plain:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
         else:
             in_band = it < num_band
@@ -705,9 +780,17 @@ class RelAttnFwdSm90:
         probabilities); ``scale`` turns a score into log2 units (1 when it already is). The factor
         the running O must be multiplied by goes to ``row_scale``."""
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            tile_max = s_mn[i, 0]
-            for j in cutlass.range_constexpr(1, cute.size(s_mn, mode=[1])):
-                tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
+            cols = cute.size(s_mn, mode=[1])
+            if const_expr(self.softmax_ilp and cols % 4 == 0):
+                lanes = [s_mn[i, 0], s_mn[i, 1], s_mn[i, 2], s_mn[i, 3]]
+                for j in cutlass.range_constexpr(4, cols, 4):
+                    for k in cutlass.range_constexpr(4):
+                        lanes[k] = cute.arch.fmax(lanes[k], s_mn[i, j + k])
+                tile_max = cute.arch.fmax(cute.arch.fmax(lanes[0], lanes[1]), cute.arch.fmax(lanes[2], lanes[3]))
+            else:
+                tile_max = s_mn[i, 0]
+                for j in cutlass.range_constexpr(1, cols):
+                    tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
             tile_max = cute.arch.warp_reduction_max(tile_max, threads_in_group=4)
             new_max = cute.arch.fmax(row_max[i], tile_max * scale)
             # a row with nothing visible yet keeps offset 0 (exp2(-inf) = 0, no NaN)
@@ -716,11 +799,20 @@ class RelAttnFwdSm90:
                 safe_max = Float32(0.0)
             correction = cute.math.exp2(row_max[i] - safe_max, fastmath=True)
             row_max[i] = new_max
-            partial = Float32(0.0)
-            for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-                p = cute.math.exp2(s_mn[i, j] * scale - safe_max, fastmath=True)
-                s_mn[i, j] = p
-                partial += p
+            if const_expr(self.softmax_ilp and cols % 4 == 0):
+                sums = [Float32(0.0), Float32(0.0), Float32(0.0), Float32(0.0)]
+                for j in cutlass.range_constexpr(0, cols, 4):
+                    for k in cutlass.range_constexpr(4):
+                        p = cute.math.exp2(s_mn[i, j + k] * scale - safe_max, fastmath=True)
+                        s_mn[i, j + k] = p
+                        sums[k] = sums[k] + p
+                partial = (sums[0] + sums[1]) + (sums[2] + sums[3])
+            else:
+                partial = Float32(0.0)
+                for j in cutlass.range_constexpr(cols):
+                    p = cute.math.exp2(s_mn[i, j] * scale - safe_max, fastmath=True)
+                    s_mn[i, j] = p
+                    partial += p
             row_sum[i] = row_sum[i] * correction + partial
             row_scale[i] = correction
 
@@ -733,8 +825,8 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     Call signature of the result: ``(q, key_cache, value_cache, out, block_table, cache_seqlens,
     cu_seqlens_q, rel_logits, softmax_scale: float, window: int, max_seqlen_q: int)``; ``window``:
     keys at distance ``d <= window`` are visible (a huge value, e.g. ``2**30``, for no window).
-    ``variant``: keyword arguments of :class:`RelAttnFwdSm90` (schedule experiments; the backend
-    uses the defaults).
+    ``variant``: keyword arguments of :class:`RelAttnFwdSm90` over :data:`SCHEDULE` (schedule
+    experiments; the backend uses :data:`SCHEDULE` as it is).
     """
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
@@ -755,7 +847,7 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     cu = make_fake_tensor(Int32, (sym(),), (1,), assumed_align=4)
     rel = make_fake_tensor(dtype, (tokens, heads, sym(8)), (sym(8, True), sym(8), 1), assumed_align=16)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    kernel = RelAttnFwdSm90(config, **variant)
+    kernel = RelAttnFwdSm90(config, **{**SCHEDULE, **variant})
     return cute.compile(
         kernel, q, k, v, o, table, seqlens, cu, rel, Float32(1.0), Int32(-1), Int32(1), stream, options=options
     )

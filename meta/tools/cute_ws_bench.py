@@ -2,7 +2,7 @@
 
     python3 meta/tools/cute_ws_bench.py --out DIR [--variants a,b] [--cases a,b]
     python3 meta/tools/cute_ws_bench.py --probe VARIANT      # one small call against the reference
-    python3 meta/tools/cute_ws_bench.py --profile CASE       # a few cute calls, for ncu
+    python3 meta/tools/cute_ws_bench.py --profile CASE[:VARIANT|:fa4]   # a few calls, for ncu
 
 For each case: ``cute`` (the backend, default variant), each extra variant of
 ``RelAttnFwdSm90`` (compiled here and called directly, checked equal in tolerance to the
@@ -38,21 +38,30 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("nopingpong", "warprelease", "nofence", "warprelease_nofence", "biaslanes"),
-    "prefill8k_global_page16": ("warprelease", "warprelease_nofence"),
-    "prefill8k_sliding_page128": ("nopingpong", "warprelease", "nofence", "warprelease_nofence", "biaslanes"),
-}
+    "prefill8k_global_page128": ("old", "no_fresh", "no_pagereuse", "no_warprelease", "no_ilp", "nofence",
+                                 "biaslanes", "nopingpong", "allplain"),
+    "prefill8k_global_page16": ("old", "no_pagereuse", "nofence", "allplain"),
+    "prefill8k_sliding_page128": ("old", "no_fresh", "no_pagereuse", "nofence", "biaslanes"),
+    "chunk2k_on16k_x4_page16": ("old", "nofence"),
+}  # fmt: skip
 
+#: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
 VARIANTS = {
     "default": {},
-    "nopingpong": dict(pingpong=False),
-    "warprelease": dict(release_per_warp=True),
+    # the schedule measured at 46a147e (RelAttnFwdSm90's keyword defaults)
+    "old": dict(fresh_scores=False, page_reuse=False, release_per_warp=False, softmax_ilp=False, producer_regs=24,
+                consumer_regs=240),
+    "no_fresh": dict(fresh_scores=False),
+    "no_pagereuse": dict(page_reuse=False, producer_regs=24, consumer_regs=240),
+    "no_warprelease": dict(release_per_warp=False),
+    "no_ilp": dict(softmax_ilp=False),
     "nofence": dict(consumer_fence=False),
-    "warprelease_nofence": dict(release_per_warp=True, consumer_fence=False),
     "biaslanes": dict(bias_lanes=True),
-}
+    "nopingpong": dict(pingpong=False),
+    "allplain": dict(debug_all_plain=True),
+}  # fmt: skip
 #: variants whose output is not the op's (not checked against the reference)
-UNCHECKED: set = set()
+UNCHECKED = {"allplain"}
 _COMPILED: dict = {}
 
 
@@ -171,11 +180,24 @@ def probe(variant) -> bool:
     return ok
 
 
-def profile(name) -> None:
+def profile(spec) -> None:
+    """A few calls of ``CASE`` (the backend), ``CASE:VARIANT`` (a variant called directly) or
+    ``CASE:fa4`` (flash-attn-4 without the bias), for ncu."""
+    name, _, variant = spec.partition(":")
     case = _case(CASES[name])
     out = torch.zeros_like(case.q)
+    if variant == "fa4":
+        fn = _fa4_fn(case, out.shape)
+    elif variant:
+        vfn, _, no_window = _variant_fn(variant, case)
+        window = case.window_size[0] if case.window_size[0] >= 0 else no_window
+        args = (case.q, case.key_cache, case.value_cache, out, case.block_table, case.cache_seqlens,
+                case.cu_seqlens_q, case.rel_logits, case.softmax_scale, window, case.max_seqlen_q)  # fmt: skip
+        fn = lambda: vfn(*args)  # noqa: E731
+    else:
+        fn = lambda: inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="cute", out=out)  # noqa: E731
     for _ in range(3):
-        inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="cute", out=out)
+        fn()
     torch.cuda.synchronize()
 
 
