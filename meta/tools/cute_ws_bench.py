@@ -38,11 +38,10 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("old", "no_fresh", "no_pagereuse", "no_warprelease", "no_ilp", "nofence",
-                                 "biaslanes", "nopingpong", "allplain"),
-    "prefill8k_global_page16": ("old", "no_pagereuse", "nofence", "allplain"),
-    "prefill8k_sliding_page128": ("old", "no_fresh", "no_pagereuse", "nofence", "biaslanes"),
-    "chunk2k_on16k_x4_page16": ("old", "nofence"),
+    "prefill8k_global_page128": ("old", "no_fresh", "no_pagereuse", "no_warprelease", "no_ilp", "nofence", "allplain"),
+    "prefill8k_global_page16": ("old",),
+    "prefill8k_sliding_page128": ("old",),
+    "chunk2k_on16k_x4_page16": ("old",),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
