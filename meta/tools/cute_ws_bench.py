@@ -38,10 +38,10 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("old", "no_fresh", "no_pagereuse", "no_warprelease", "no_ilp", "nofence", "allplain"),
-    "prefill8k_global_page16": ("old",),
-    "prefill8k_sliding_page128": ("old",),
-    "chunk2k_on16k_x4_page16": ("old",),
+    "prefill8k_global_page128": ("no_ilp", "no_ilp_no_warprelease", "nofence"),
+    "prefill8k_global_page16": ("no_ilp", "no_ilp_no_warprelease"),
+    "prefill8k_sliding_page128": ("no_ilp", "no_ilp_no_warprelease"),
+    "chunk2k_on16k_x4_page16": ("no_ilp", "no_ilp_no_warprelease"),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
@@ -58,6 +58,7 @@ VARIANTS = {
     "biaslanes": dict(bias_lanes=True),
     "nopingpong": dict(pingpong=False),
     "allplain": dict(debug_all_plain=True),
+    "no_ilp_no_warprelease": dict(softmax_ilp=False, release_per_warp=False),
 }  # fmt: skip
 #: variants whose output is not the op's (not checked against the reference)
 UNCHECKED = {"allplain"}
