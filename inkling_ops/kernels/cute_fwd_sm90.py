@@ -71,7 +71,7 @@ BAR_SCHED = 2
 #: defaults of :class:`RelAttnFwdSm90` (which are the schedule measured at 46a147e). What each
 #: option does is in that class's docstring; the measurements behind the choice are in
 #: meta/TUNING.md, "CuTe backend".
-SCHEDULE = dict(fresh_scores=True, page_reuse=True, release_per_warp=True, softmax_ilp=True, producer_regs=32, consumer_regs=232)
+SCHEDULE = dict(fresh_scores=True, page_reuse=True, release_per_warp=True, producer_regs=32, consumer_regs=232)
 
 
 @dataclass(frozen=True)
@@ -157,22 +157,30 @@ def _state(stages: int, count, index, phase) -> pipeline.PipelineState:
 class RelAttnFwdSm90:
     """The kernel of one :class:`CuteFwdConfig`; ``__call__`` is the host launch (``cute.jit``).
 
-    ``pingpong``: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so
-    one's softmax runs under the other's tensor-core work. ``producer_regs`` / ``consumer_regs``:
-    the ``setmaxnreg`` split of the register file (128 * p + 256 * c <= 65536).
-    ``release_per_warp`` (not yet measured): one elected lane per consumer warp arrives on a
-    stage's empty barrier instead of every thread (256 arrivals a stage, FA4 uses one a warp).
-    ``consumer_fence`` (on; off not yet measured): a ``fence.proxy.async`` after each K/V wait
-    (FA4 has none). ``bias_lanes`` (not yet measured): the bias copies go a 16-lane row group per
-    row (coalesced) instead of one row a producer thread. ``softmax_ilp`` (not yet measured): a
-    tile's row max and row sum as four independent partial chains instead of one (32 dependent
-    ``fmax`` / ``fadd`` a row). ``debug_all_plain``: every key tile runs as a plain tile (no mask,
-    no bias): a wrong answer, only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
-    ``fresh_scores``: each key tile's ``S`` goes to a new accumulator, so the previous tile's
-    probabilities are dead once converted into P (with one accumulator reused, the zero-init QK
-    GEMM still names it as an input, and the compiler kept the fp32 probabilities live across the
-    loop and converted them twice). ``page_reuse``: one block-table lookup a key tile, used by
-    its K copy and (an iteration later) its V copy, instead of one per copy."""
+    Schedule options (keyword defaults: the kernel measured at 46a147e; :data:`SCHEDULE` is what
+    the backend builds; meta/TUNING.md, "CuTe backend", has the measurements):
+
+    - ``pingpong``: the two consumer warpgroups take turns issuing their GEMMs (named barriers),
+      so one's softmax runs under the other's tensor-core work.
+    - ``producer_regs`` / ``consumer_regs``: the ``setmaxnreg`` split of the register file
+      (128 * p + 256 * c <= 65536).
+    - ``release_per_warp``: one elected lane per consumer warp arrives on a stage's empty barrier
+      instead of every thread (256 arrivals a stage; FA4 uses one a warp).
+    - ``consumer_fence``: a ``fence.proxy.async`` after each K/V wait, ordering the producer's
+      cp.async writes before the wgmma reads of them (FA4 has none; kept for the memory model).
+    - ``fresh_scores``: each key tile's ``S`` goes to a new accumulator, so the previous tile's
+      probabilities are dead once converted into P. With one accumulator reused, the zero-init
+      QK GEMM still names it as an input, and the compiler kept the fp32 probabilities live
+      across the loop and converted them twice.
+    - ``page_reuse``: one block-table lookup a key tile, used by its K copy and, an iteration
+      later, its V copy, instead of one lookup per copy.
+    - ``softmax_ilp``: a tile's row max and row sum as four independent partial chains instead of
+      one (32 dependent ``fmax`` / ``fadd`` a row).
+    - ``bias_lanes``: the bias copies go a 16-lane row group per row (coalesced) instead of one
+      row a producer thread.
+    - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
+      only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
+    """
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
