@@ -178,6 +178,15 @@ class RelAttnFwdSm90:
       one (32 dependent ``fmax`` / ``fadd`` a row).
     - ``bias_lanes``: the bias copies go a 16-lane row group per row (coalesced) instead of one
       row a producer thread.
+    - ``tma_kv`` (not yet run on a GPU): each K and V tile wholly below ``kv_len`` is one page,
+      loaded with one TMA copy (``cp.async.bulk.tensor``, issued by producer warp 0) from page
+      ``block_table[req, n]`` clamped into the cache, into the same swizzled stages the consumers
+      read; the tile that holds ``kv_len`` is still gathered, its rows past ``kv_len`` copying row
+      ``kv_len - 1``. Assumes ``page_size == tile_n``: the caller guarantees it (at another page
+      size every tile is gathered, so the result stays right). The full barriers keep their 128 producer arrivals; for a TMA stage one
+      elected thread sets the tile's transaction bytes and arrives for all 128
+      (:meth:`_load_page` says why that is safe). Each tile is looked up when loaded
+      (``page_reuse`` does not apply). The descriptors are built in ``__call__`` from K and V.
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
@@ -185,7 +194,7 @@ class RelAttnFwdSm90:
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  bias_lanes: bool = False, softmax_ilp: bool = False, debug_all_plain: bool = False,
-                 fresh_scores: bool = False, page_reuse: bool = False):  # fmt: skip
+                 fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -207,6 +216,7 @@ class RelAttnFwdSm90:
         self.debug_all_plain = debug_all_plain
         self.fresh_scores = fresh_scores
         self.page_reuse = page_reuse
+        self.tma_kv = tma_kv
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -226,6 +236,15 @@ class RelAttnFwdSm90:
     def _tiled_copy(self, copy_atom, threads: int):
         thr_layout = cute.make_ordered_layout((threads // self.copy_cols, self.copy_cols), order=(1, 0))
         return cute.make_tiled_copy_tv(copy_atom, thr_layout, cute.make_layout((1, CHUNK)))
+
+    def _tma_pages(self, mX: cute.Tensor, sKV_layout):
+        """The TMA load of one whole page of ``mX`` (K or V cache, (num_blocks, page, Hkv, D)) for
+        one KV head into one stage of ``sKV_layout``: ``(atom, coordinates)``, the coordinates
+        indexed (row, col, kv_head, page), the mode order a (tile_n, D) box takes."""
+        pages = cute.make_tensor(mX.iterator, cute.select(mX.layout, mode=[1, 3, 2, 0]))
+        return cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), pages, cute.select(sKV_layout, mode=[0, 1]), (self.tile_n, self.head_dim)
+        )
 
     @cute.jit
     def __call__(
@@ -277,9 +296,15 @@ class RelAttnFwdSm90:
         grid_m = (max_seqlen_q * self.group + self.tile_m - 1) // self.tile_m
         scale_log2 = softmax_scale * LOG2_E
         page_div = cute.FastDivmodDivisor(mK.shape[1])
+        # with tma_kv: the TMA atoms and coordinate tensors of whole K and V pages
+        tma_atom_k = tma_atom_v = tK_pages = tV_pages = None
+        if const_expr(self.tma_kv):
+            tma_atom_k, tK_pages = self._tma_pages(mK, sKV_layout)
+            tma_atom_v, tV_pages = self._tma_pages(mV, sKV_layout)
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
-            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, SharedStorage,
+            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
+            tma_atom_v, tK_pages, tV_pages, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, num_reqs], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -308,11 +333,19 @@ class RelAttnFwdSm90:
         copy_q: cute.TiledCopy,
         copy_kv: cute.TiledCopy,
         copy_atom: cute.CopyAtom,
+        tma_atom_k: cute.CopyAtom | None,
+        tma_atom_v: cute.CopyAtom | None,
+        tK_pages: cute.Tensor | None,
+        tV_pages: cute.Tensor | None,
         SharedStorage: cutlass.Constexpr,
     ):
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if const_expr(self.tma_kv):
+            if warp_idx == 0:
+                cpasync.prefetch_descriptor(tma_atom_k)
+                cpasync.prefetch_descriptor(tma_atom_v)
         m_rev, kv_head, req = cute.arch.block_idx()
 
         # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
@@ -375,6 +408,7 @@ class RelAttnFwdSm90:
                 self._produce(
                     mK, mV, mRel, sK, sV, sB, mBlockTable[req, None], page_div, kv_head, kv_len, q_start, q_len,
                     q_head0, offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom,
+                    (tma_atom_k, tK_pages), (tma_atom_v, tV_pages),
                 )  # fmt: skip
             else:
                 cute.arch.setmaxregister_increase(self.consumer_regs)
@@ -390,15 +424,21 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _produce(self, mK, mV, mRel, sK, sV, sB, block_row, page_div, kv_head, kv_len, q_start, q_len, q_head0,
-                 offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom):  # fmt: skip
+                 offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom, tma_k,
+                 tma_v):  # fmt: skip
         """Issue the loads in the order the consumers use them: K of the next tile before V of the
-        current one (QK of tile i + 1 is issued before PV of tile i), the bias of a band tile after."""
+        current one (QK of tile i + 1 is issued before PV of tile i), the bias of a band tile after.
+        ``tma_k`` / ``tma_v``: (TMA atom, page coordinates) with ``tma_kv``, else (None, None)."""
         pipe_k, pipe_v, pipe_b = pipes
         thr_copy = copy_kv.get_slice(tidx)
         tTcT = thr_copy.partition_S(cute.make_identity_tensor((self.tile_n, self.head_dim)))
         num_blocks = mK.shape[0]
+        pages_k = pages_v = None
+        if const_expr(self.tma_kv):
+            pages_k = self._page_copies(tma_k, sK, kv_head)
+            pages_v = self._page_copies(tma_v, sV, kv_head)
         if n_tiles > 0:
-            if const_expr(self.page_reuse):
+            if const_expr(self.page_reuse and not self.tma_kv):
                 # one block-table lookup a key tile, serving its K copy and, an iteration later,
                 # its V copy; the next tile's lookup is issued before this tile's copies
                 page_k, slot_k = self._lookup(block_row, num_blocks, page_div, kv_len, n_end - 1, tTcT)
@@ -417,24 +457,78 @@ class RelAttnFwdSm90:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
                                         (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
             else:
-                self._load_rows(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
-                                thr_copy, tTcT, copy_atom)  # fmt: skip
+                self._load_kv(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
+                              thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
                                     (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     if it + 1 < n_tiles:
-                        self._load_rows(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len,
-                                        n - 1, thr_copy, tTcT, copy_atom)  # fmt: skip
-                    self._load_rows(mV, sV, it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy,
-                                    tTcT, copy_atom)  # fmt: skip
+                        self._load_kv(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len,
+                                      n - 1, thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
+                    self._load_kv(mV, sV, it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy,
+                                  tTcT, copy_atom, pages_v)  # fmt: skip
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
                                         (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
+
+    @cute.jit
+    def _load_kv(self, mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
+                 copy_atom, pages):  # fmt: skip
+        """:meth:`_load_rows`, or, with ``tma_kv`` (``pages`` from :meth:`_page_copies`) and key tile
+        ``n`` wholly below ``kv_len``, :meth:`_load_page`. The gather stays for the tile that holds
+        ``kv_len``, whose rows past it must copy row ``kv_len - 1``, and for every tile when the
+        page size is not ``tile_n`` (against the caller's guarantee; the result stays right)."""
+        if const_expr(pages is None):
+            self._load_rows(mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
+                            copy_atom)  # fmt: skip
+        else:
+            if (n + 1) * self.tile_n <= kv_len and mX.shape[1] == self.tile_n:
+                self._load_page(it, pipe, block_row, num_blocks, n, pages)
+            else:
+                self._load_rows(mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy,
+                                tTcT, copy_atom)  # fmt: skip
+
+    @cute.jit
+    def _page_copies(self, tma, sX, kv_head):
+        """``(atom, source, destination)`` of the page TMA copies into ``sX``'s stages: the source
+        indexed by page, the destination by stage (each a whole (tile_n, D) tile of KV head ``kv_head``)."""
+        atom, tX_pages = tma
+        gX = cute.local_tile(tX_pages[None, None, kv_head, None], (self.tile_n, self.head_dim), (0, 0, None))
+        sX_tma, gX_tma = cpasync.tma_partition(
+            atom, 0, cute.make_layout(1), cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2)
+        )
+        return atom, gX_tma, sX_tma
+
+    @cute.jit
+    def _load_page(self, it, pipe, block_row, num_blocks, n, pages):
+        """Key tile ``n`` (K or V), which is page ``block_table[req, n]`` (page_size == tile_n)
+        clamped into the cache, into stage ``it % STAGES`` with one TMA copy, issued by producer
+        warp 0 alone (the DSL elects the issuing lane).
+
+        The stage's full barrier counts 128 producer arrivals, as for a gathered stage: one
+        elected lane adds the tile's bytes to the transaction count and arrives for all 128
+        (``mbarrier.arrive.expect_tx``, then an arrive of 127), and the other producer threads skip
+        the stage. The phase then completes when the bytes have landed. No arrival can be counted
+        toward the wrong phase: every arrival for use ``it`` of a stage, TMA or gathered, comes
+        after its thread saw the stage's empty barrier for use ``it - STAGES``, which the consumers
+        arrive on only after that use's full phase completed (and so after every thread's
+        ``cp.async`` arrival for it landed)."""
+        if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 0:
+            stage = it % STAGES
+            state = _state(STAGES, it, stage, ((it // STAGES) % 2) ^ 1)
+            atom, src, dst = pages
+            page = cutlass.min(cutlass.max(block_row[n], 0), num_blocks - 1)
+            pipe.producer_acquire(state)
+            full = pipe.producer_get_barrier(state)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(full, self.tile_n * self.head_dim * self.dtype.width // 8)
+                cute.arch.mbarrier_arrive(full, arrive_count=PRODUCER_THREADS - 1)
+            cute.copy(atom, src[None, page], dst[None, stage], tma_bar_ptr=full)
 
     @cute.jit
     def _load_rows(self, mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
