@@ -76,6 +76,28 @@ def test_the_check_fails_without_the_relative_bias():
     assert teacher_forced.worst_gap > TEACHER_FORCED_TOL, teacher_forced  # the bf16 criterion catches it too
 
 
+def test_bf16_criterion_passes_the_loop_and_fails_without_the_bias():
+    """The CUDA demo's criterion (bf16): the teacher-forced gap bounded by HF's own eager attention
+    in bf16 (the control). Our loop in bf16 passes it; with the relative bias zeroed it fails."""
+    from inkling_ops.demo.check import greedy
+
+    torch.manual_seed(0)
+    reference = AutoModelForCausalLM.from_config(cli.demo_config(), attn_implementation="eager").eval()
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 512, (n,), generator=gen).tolist() for n in PROMPTS][:3]  # bf16 on a CPU is slow
+    control = greedy(copy.deepcopy(reference).to(torch.bfloat16), prompts, NEW_TOKENS)
+    good = _serve(copy.deepcopy(reference).to(torch.bfloat16), prompts)
+    result = check_against_hf(reference, prompts, good, exact=False, control=control)
+    assert result.ok and result.control_gap is not None, result
+    no_bias = copy.deepcopy(reference)
+    with torch.no_grad():
+        for layer in no_bias.model.layers:
+            layer.self_attn.rel_logits_proj.proj.zero_()
+    bad = _serve(no_bias.to(torch.bfloat16), prompts)
+    result = check_against_hf(reference, prompts, bad, exact=False, control=control)
+    assert not result.ok, result
+
+
 def test_short_conv_over_chunks_equals_hf_conv():
     """Two requests, each prefilled in chunks over three steps (sharing steps, in different slots):
     the packed conv with carried states equals the conv of each whole sequence."""

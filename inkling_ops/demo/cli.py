@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"the serving demo needs transformers with the Inkling model (pip install 'inkling_ops[hf]'): {exc}")
         return 2
-    from .check import check_against_hf
+    from .check import check_against_hf, greedy
     from .engine import Engine
     from .model import PagedInkling
 
@@ -174,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
 
     by_rid = {r.rid: r.output for r in engine.finished}
     outputs = [by_rid[i] for i in range(len(prompts))]
-    result = check_against_hf(reference, prompts, outputs, exact=dtype == torch.float32)
+    control = None
+    if dtype != torch.float32:  # HF's own eager attention in the loop's dtype: the bf16 criterion's control
+        control = greedy(copy.deepcopy(reference).to(dtype), prompts, args.new_tokens)
+    result = check_against_hf(reference, prompts, outputs, exact=dtype == torch.float32, control=control)
     print(result)
     ok = result.ok and graphs_after == 0 and kernels_after == 0
     print(f"{'OK' if ok else 'FAILED'} in {time.perf_counter() - t_start:.1f} s")
