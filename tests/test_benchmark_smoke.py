@@ -445,3 +445,23 @@ def test_host_overhead_with_a_requested_backend(tmp_path):
     assert fields["requested_backend"] == fields["default_backend"] == "reference"
     assert fields["vllm_entry_point_us"] is None and fields["rel_attn_out_default_backend_us"] > 0
     assert "--backend reference" in fields["command"]
+
+
+def test_host_overhead_dispatcher_rows_record_and_leave_no_probe_op(tmp_path):
+    """``--dispatcher-rows``: one record of the per-registration rows (each with its difference to
+    the empty op registered our way) in both grad contexts; the probe namespace is gone afterwards
+    and the real op still runs its backend."""
+    ho = _load_host_overhead()
+    record = tmp_path / "host.jsonl"
+    for _ in range(2):  # the probe library is destroyed after each run, so a second run can define it again
+        assert ho.main(["--device", "cpu", "--dispatcher-rows", "--calls", "2", "--rounds", "2", "--record", str(record)]) == 0
+    fields = json.loads(record.read_text().splitlines()[-1])
+    assert fields["probe"] == "dispatcher_rows" and fields["rounds"] == 2
+    for context in ("inference_mode", "no_grad"):
+        for name in ho._REGISTRATIONS:
+            assert fields[f"{context}_empty_{name}_us"] > 0, (context, name)
+        assert f"{context}_empty_ours_minus_ours_us" not in fields
+        assert isinstance(fields[f"{context}_empty_autograd_fallthrough_minus_ours_us"], float)
+        assert fields[f"{context}_rel_attn_out_null_backend_us"] > 0
+    with pytest.raises(RuntimeError, match="does not exist"):
+        torch._C._dispatch_has_kernel_for_dispatch_key("inkling_dispatcher_probe::ours", "CPU")

@@ -1,6 +1,7 @@
 """Measure the eager host overhead of calling rel_attn (lab tool, not the product).
 
     python meta/tools/host_overhead.py [--device cpu|cuda] [--backend NAME] [--record meta/host_overhead.jsonl]
+    python meta/tools/host_overhead.py --dispatcher-rows [--device cpu|cuda] [--rounds 15]
 
 Each figure is the median over repeated batches of back-to-back calls (host wall time per call;
 on CUDA without synchronizing inside a batch, on a problem small enough that the GPU never holds
@@ -23,6 +24,21 @@ the host back), all on one tiny decode in one process:
    the combine: ``*_split_us``); ``default_num_splits`` is what the heuristic chose for the
    default rows;
 6. ``F.scaled_dot_product_attention`` on the same decode (dense K/V, no bias), for scale.
+
+``--dispatcher-rows`` measures instead (and records with ``"probe": "dispatcher_rows"``) what the
+torch dispatcher itself costs for an op of our schema registered in different ways, under
+``torch.inference_mode()`` and under ``torch.no_grad()``: an empty implementation registered as
+``inkling_ops/library.py`` does (``CPU`` + ``CUDA``; twice, as two ops, the second a control whose
+difference to the first is the noise floor), the same plus ``fallthrough_kernel`` on the
+``Autograd`` alias key (or on ``AutogradCPU`` / ``AutogradCUDA`` / ``ADInplaceOrView``), on
+``CompositeExplicitAutograd`` (with and without the Autograd fallthrough), on
+``CompositeImplicitAutograd`` (a data point only: such an op is traced through, not kept, by
+torch.compile), the ``.default`` overload against the packet, and the real
+``torch.ops.inkling.rel_attn_out`` (packet and ``.default``) and ``inkling_ops.rel_attn(..., out=)``
+with the backend's ``run`` / ``prepare`` patched out as in 2. The rows run in rounds, each round one
+batch of every row in a rotated order, so each row's difference to the first row is taken between
+batches measured close in time (the median of those per-round differences: ``*_minus_ours_us``), which
+cancels most of a shared machine's drift.
 
 ``--backend NAME`` (e.g. ``cute``) passes ``backend=NAME`` to every call of 2-5 instead of the
 dispatcher's default choice, and records ``requested_backend``; the vLLM entry point takes no
@@ -127,6 +143,83 @@ def _registration_probes(args, options):
     return define, decorated, lib
 
 
+#: the empty op's registrations of ``--dispatcher-rows``: op name -> (implementation keys, fallthrough keys)
+_REGISTRATIONS = {
+    "ours": (("CPU", "CUDA"), ()),
+    "ours_control": (("CPU", "CUDA"), ()),  # registered the same way: the noise floor of the differences
+    "autograd_fallthrough": (("CPU", "CUDA"), ("Autograd",)),
+    "per_key_autograd_fallthrough": (("CPU", "CUDA"), ("AutogradCPU", "AutogradCUDA", "ADInplaceOrView")),
+    "composite_explicit": (("CompositeExplicitAutograd",), ()),
+    "composite_explicit_autograd_fallthrough": (("CompositeExplicitAutograd",), ("Autograd",)),
+    "composite_implicit": (("CompositeImplicitAutograd",), ()),
+}
+
+
+def dispatcher_rows(device: str, calls: int = 2000, rounds: int = 15) -> dict:
+    """The figures of ``--dispatcher-rows`` (module docstring): for each grad context and row, the
+    median per-call µs over ``rounds`` batches of ``calls`` calls and the median per-round
+    difference to the empty op registered our way."""
+    from torch.library import Library, fallthrough_kernel
+
+    case = make_case([1] * 4, [64] * 4, num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=64,
+                     dtype=torch.bfloat16 if device == "cuda" else torch.float32, device=device)  # fmt: skip
+    out = torch.empty_like(case.q)
+    args = (case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
+            case.rel_logits)  # fmt: skip
+    options = dict(max_seqlen_q=1, softmax_scale=case.softmax_scale, window_size=[-1, -1], out=out)
+    api_kwargs = dict(block_table=case.block_table, cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q,
+                      rel_logits=case.rel_logits, max_seqlen_q=1, softmax_scale=case.softmax_scale, out=out)  # fmt: skip
+
+    def empty(*a, **k):
+        return None
+
+    lib = Library("inkling_dispatcher_probe", "DEF")
+    rows = {}
+    for name, (keys, fallthrough) in _REGISTRATIONS.items():
+        lib.define(_PROBE_SCHEMA.replace("probe(", f"{name}(", 1))
+        for key in keys:
+            lib.impl(name, empty, key)
+        for key in fallthrough:
+            lib.impl(name, fallthrough_kernel, key)
+        packet = getattr(torch.ops.inkling_dispatcher_probe, name)
+        rows[f"empty_{name}"] = lambda packet=packet: packet(*args, **options)
+    ours = torch.ops.inkling_dispatcher_probe.ours.default
+    rows["empty_ours_default_overload"] = lambda: ours(*args, **options)
+    real = torch.ops.inkling.rel_attn_out
+    rows["rel_attn_out_null_backend"] = lambda: real(*args, **options)
+    rows["rel_attn_out_default_overload_null_backend"] = lambda: real.default(*args, **options)
+    rows["api_out_null_backend"] = lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs)
+    names = list(rows)
+    results = {}
+    try:
+        with backend_without_kernels(args, options):
+            for context_name, context in (("inference_mode", torch.inference_mode), ("no_grad", torch.no_grad)):
+                samples = {name: [] for name in names}
+                with context():
+                    for fn in rows.values():
+                        for _ in range(min(200, calls)):
+                            fn()
+                    for r in range(rounds):
+                        for name in names[r % len(names):] + names[: r % len(names)]:
+                            fn = rows[name]
+                            t0 = time.perf_counter()
+                            for _ in range(calls):
+                                fn()
+                            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+                            if device == "cuda":
+                                torch.cuda.synchronize()
+                base = samples["empty_ours"]
+                for name in names:
+                    results[f"{context_name}_{name}_us"] = statistics.median(samples[name])
+                    if name != "empty_ours":
+                        diffs = [a - b for a, b in zip(samples[name], base)]
+                        results[f"{context_name}_{name}_minus_ours_us"] = statistics.median(diffs)
+    finally:
+        lib._destroy()
+    results["rounds"], results["calls"] = rounds, calls
+    return results
+
+
 def measure(device: str, calls: int = 2000, backend: str | None = None) -> dict:
     """The figures of the module docstring on ``device``; ``calls`` per batch (15% of it for the
     calls that run kernels); ``backend``: the backend every call asks for (None: the default choice)."""
@@ -203,8 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", default=str(DEFAULT_RECORD), help="JSON-lines file to append to (default meta/host_overhead.jsonl)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per batch (default 2000; the calls that run kernels use 15%% of it)")
     parser.add_argument("--backend", default=None, help="the backend every call asks for (e.g. cute); default: the dispatcher's choice")
+    parser.add_argument("--dispatcher-rows", action="store_true", help="measure only the dispatcher's own cost per registration style (see the docstring)")
+    parser.add_argument("--rounds", type=int, default=15, help="rounds of --dispatcher-rows (default 15)")
     args = parser.parse_args(argv)
-    results = measure(args.device, calls=args.calls, backend=args.backend)
+    if args.dispatcher_rows:
+        results = dict(probe="dispatcher_rows", **dispatcher_rows(args.device, calls=args.calls, rounds=args.rounds))
+    else:
+        results = measure(args.device, calls=args.calls, backend=args.backend)
     sha = benchmark_module().git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
     record = dict(
         results,
@@ -215,8 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         command=" ".join([COMMAND, *(sys.argv[1:] if argv is None else argv)]),
         timestamp=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
+    width = max(34, *map(len, results))
     for key, value in results.items():
-        print(f"{key:34s} {value:8.2f}" if isinstance(value, float) else f"{key:34s} {value}")
+        print(f"{key:{width}s} {value:8.2f}" if isinstance(value, float) else f"{key:{width}s} {value}")
     path = Path(args.record)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
