@@ -133,3 +133,38 @@ def test_sweep_cases_file_holds_every_sweep_the_script_draws():
         assert len(set(xs)) == len(xs) >= 3, (prefix, kind, xs)
     anchors, _ = benchmark.load_cases(None)
     assert all(plot_performance.sweep_of({"case": c.name}) is None for c in anchors)
+
+
+def test_anchor_baseline_is_ours_or_a_backend_of_ours():
+    """A run with ``--backends triton,cute`` records ``ours[triton]`` and ``ours[cute]`` and no
+    ``ours``: the ratios divide by ``ours[cute]`` (the figure drew no bar before this)."""
+    spec = dict(num_reqs=1, q_len=8192, kv_len=8192, hq=8, hkv=1, rel_extent=1024, window_left=-1)
+    rows = [_record("prefill8k_global", spec, 16, peer, 1.0, _NEW, "abc") for peer in ("ours[triton]", "ours[cute]", "fa4_nobias")]
+    assert plot_performance.baseline_of(rows) == "ours[cute]"
+    assert plot_performance.baseline_of(rows + [_record("prefill8k_global", spec, 16, "ours", 1.0, _NEW, "abc")]) == "ours"
+    assert plot_performance.baseline_of(rows[:1]) == "ours[triton]"
+    with pytest.raises(ValueError, match="no peer of ours"):
+        plot_performance.baseline_of(rows[2:])
+
+
+def test_main_draws_bars_for_a_run_of_two_backends(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    spec = dict(num_reqs=1, q_len=8192, kv_len=8192, hq=8, hkv=1, rel_extent=1024, window_left=-1)
+    rows = [_record("prefill8k_global", spec, 16, peer, ms, _NEW, "abc") for peer, ms in
+            (("ours[triton]", 1.2), ("ours[cute]", 1.0), ("fa4_nobias", 0.7))]  # fmt: skip
+    drawn = []
+    real = plot_performance.plot_anchor_ratios
+
+    def spy(plt, records, path):
+        fig_bars = []
+        orig_bar = plt.Axes.bar
+        monkeypatch.setattr(plt.Axes, "bar", lambda self, *a, **k: fig_bars.append(a[1]) or orig_bar(self, *a, **k))
+        real(plt, records, path)
+        drawn.extend(fig_bars)
+
+    monkeypatch.setattr(plot_performance, "plot_anchor_ratios", spy)
+    path = _write(tmp_path / "records.jsonl", rows)
+    assert plot_performance.main(["--records", str(path), "--out-dir", str(tmp_path), "--anchor-png", "a.png"]) == 0
+    assert (tmp_path / "a.png").exists()
+    ratios = sorted(round(y, 3) for ys in drawn for y in ys)
+    assert ratios == [0.7, 0.7, 1.2, 1.2], ratios  # triton and fa4 over cute, on both clocks

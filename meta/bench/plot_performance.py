@@ -38,8 +38,25 @@ CLOCK_TITLES = {"eager": "eager (do_bench, launches included)", "graph": "graph 
 PAGE_SIZES = (16, 128)
 #: Plotting order and colours of the peers; peers not listed follow in order of appearance.
 PEER_ORDER = ("ours", "fa4_scoremod", "fa4_nobias", "flex", "sdpa_nobias")
-PEER_COLORS = {"ours": "tab:red", "fa4_scoremod": "tab:blue", "fa4_nobias": "tab:cyan", "flex": "tab:green", "sdpa_nobias": "tab:gray"}
+PEER_COLORS = {"ours": "tab:red", "ours[cute]": "tab:red", "ours[triton]": "tab:orange", "fa4_scoremod": "tab:blue",
+               "fa4_nobias": "tab:cyan", "flex": "tab:green", "sdpa_nobias": "tab:gray"}  # fmt: skip
+#: the peer the anchor ratios divide by: "ours" (the dispatcher's choice), else the first of these
+#: that the records hold (a run with ``--backends triton,cute`` records ``ours[triton]`` and ``ours[cute]``)
 BASELINE = "ours"
+BASELINE_FALLBACKS = ("ours[cute]", "ours[triton]")
+
+
+def baseline_of(records: Sequence[dict]) -> str:
+    """The peer the anchor ratios divide by (:data:`BASELINE`, else the first fallback present,
+    else the first ``ours[...]`` peer); ValueError when the records hold none of ours."""
+    peers = {r["peer"] for r in records}
+    for name in (BASELINE, *BASELINE_FALLBACKS):
+        if name in peers:
+            return name
+    ours = sorted(p for p in peers if p.startswith("ours["))
+    if not ours:
+        raise ValueError(f"records hold no peer of ours (peers: {sorted(peers)}); expected 'ours' or 'ours[<backend>]'")
+    return ours[0]
 #: benchmark.py's pseudo-case of the host-overhead measurement (no times to plot).
 HOST_CASE = "host_overhead_tiny_decode"
 LAYER_KINDS = ("global", "sliding")
@@ -145,7 +162,8 @@ def sweep_of(record: dict) -> tuple[str, str] | None:
 
 def ordered_peers(records: Sequence[dict]) -> list[str]:
     seen = list(dict.fromkeys(r["peer"] for r in records))
-    return [p for p in PEER_ORDER if p in seen] + [p for p in seen if p not in PEER_ORDER]
+    order = PEER_ORDER[:1] + BASELINE_FALLBACKS + PEER_ORDER[1:]
+    return [p for p in order if p in seen] + [p for p in seen if p not in order]
 
 
 def provenance(records: Sequence[dict]) -> str:
@@ -229,7 +247,8 @@ def plot_sweep(plt, records: Sequence[dict], sweep: Sweep, kind: str, path: Path
 
 def plot_anchor_ratios(plt, records: Sequence[dict], path: Path) -> None:
     """Peer time / ours per anchor (case, page size) on each clock; >1 means ours is faster."""
-    peers = [p for p in ordered_peers(records) if p != BASELINE]
+    baseline = baseline_of(records)
+    peers = [p for p in ordered_peers(records) if p != baseline]
     groups = list(dict.fromkeys((r["case"], r["page_size"]) for r in records))
     by_key = {(r["case"], r["page_size"], r["peer"]): r for r in records}
     width = 0.8 / max(1, len(peers))
@@ -239,7 +258,7 @@ def plot_anchor_ratios(plt, records: Sequence[dict], path: Path) -> None:
         for k, peer in enumerate(peers):
             xs, ys = [], []
             for g, (case, page) in enumerate(groups):
-                base = by_key.get((case, page, BASELINE))
+                base = by_key.get((case, page, baseline))
                 other = by_key.get((case, page, peer))
                 base_ms = clock_ms(base, clock) if base else None
                 peer_ms = clock_ms(other, clock) if other else None
@@ -249,10 +268,10 @@ def plot_anchor_ratios(plt, records: Sequence[dict], path: Path) -> None:
             if xs:
                 bars = ax.bar(xs, ys, width=width, color=PEER_COLORS.get(peer), label=peer)
                 ax.bar_label(bars, labels=[f"{y:.2f}" for y in ys], fontsize=6, rotation=90, padding=2)
-        ax.axhline(1.0, color=PEER_COLORS[BASELINE], linewidth=1.5, label=f"{BASELINE} (= 1)")
+        ax.axhline(1.0, color=PEER_COLORS.get(baseline, "tab:red"), linewidth=1.5, label=f"{baseline} (= 1)")
         ax.set_yscale("log")
-        ax.set_ylabel(f"{clock}: peer ms / {BASELINE} ms (log)")
-        ax.set_title(f"{CLOCK_TITLES[clock]}; above 1: {BASELINE} faster", fontsize=10)
+        ax.set_ylabel(f"{clock}: peer ms / {baseline} ms (log)")
+        ax.set_title(f"{CLOCK_TITLES[clock]}; above 1: {baseline} faster", fontsize=10)
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels([f"{c}\npage {p}" for c, p in groups], rotation=45, ha="right", fontsize=8)
         ax.grid(True, axis="y", which="both", alpha=0.3)
@@ -282,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python meta/bench/plot_performance.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", default=str(DEFAULT_RECORDS), help="benchmark records, JSON lines (default meta/bench/bench_records.jsonl)")
     p.add_argument("--out-dir", default=str(DEFAULT_OUT_DIR), help="where the PNGs go (default docs/img)")
+    p.add_argument("--anchor-png", default=ANCHOR_PNG, help=f"file name of the anchor-ratio figure (default {ANCHOR_PNG})")
     p.add_argument("--git-sha", default=None, help="only records of this commit (prefix match); default: the newest record per case, page and peer")
     return p
 
@@ -302,11 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     written = 0
     anchors = [r for r in records if sweep_of(r) is None and "case_spec" in r]
     if any(clock_ms(r, c) for r in anchors for c in CLOCKS):
-        plot_anchor_ratios(plt, anchors, out_dir / ANCHOR_PNG)
-        print(f"wrote {out_dir / ANCHOR_PNG} ({len({r['case'] for r in anchors})} anchor cases; {provenance(anchors)})")
+        plot_anchor_ratios(plt, anchors, out_dir / args.anchor_png)
+        print(f"wrote {out_dir / args.anchor_png} ({len({r['case'] for r in anchors})} anchor cases; {provenance(anchors)})")
         written += 1
     else:
-        print(f"no timed anchor-case records{which}; skipped {ANCHOR_PNG}")
+        print(f"no timed anchor-case records{which}; skipped {args.anchor_png}")
     for sweep in SWEEPS:
         for kind in LAYER_KINDS:
             chosen = [r for r in records if sweep_of(r) == (sweep.prefix, kind)]
