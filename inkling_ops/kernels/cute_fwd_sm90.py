@@ -196,6 +196,14 @@ class RelAttnFwdSm90:
       elected thread sets the tile's transaction bytes and arrives for all 128
       (:meth:`_load_page` says why that is safe). Each tile is looked up when loaded
       (``page_reuse`` does not apply). The descriptors are built in ``__call__`` from K and V.
+    - ``bias_tma`` (not yet run on a GPU): a band tile's bias is loaded by TMA, one box a token
+      of the M tile: its G query heads by exactly ``tile_n`` distances from the unaligned
+      ``d_start = q_abs - n0 - tile_n + 1`` (out-of-range distances zero-filled), from
+      ``rel_logits`` seen as (E, Hq, T), issued by producer warp 0 (:meth:`_load_bias_tma`).
+      With no 8-column slop two bias stages fit (:meth:`CuteFwdConfig.smem_bytes`); a score
+      reads column ``tile_n - 1 - c`` of its row, whatever the row. Needs ``q_per_kv`` to divide
+      ``tile_m`` (ValueError otherwise). The stage is not swizzled: the 8 rows one warp reads per
+      load share their banks (256-byte rows).
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
