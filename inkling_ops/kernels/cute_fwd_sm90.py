@@ -65,6 +65,10 @@ BAR_Q = 1
 #: lanes that copy one column chunk of the same rows of a key tile (head_dim / 8 of them)
 ROW_LANES = 16
 BAR_SCHED = 2
+#: bias stages with ``bias_tma`` (each ``tile_m x tile_n``; without it one ``tile_m x bias_width`` buffer)
+BIAS_TMA_STAGES = 2
+#: shared memory a Hopper CTA may use (227 KB)
+SMEM_LIMIT = 227 * 1024
 
 
 #: The schedule options :func:`compile_fwd` (so the backend) builds with, over the keyword
@@ -99,11 +103,16 @@ class CuteFwdConfig:
         """Distances staged per row of a band tile: the tile's ``tile_n`` plus 16 bytes of slop."""
         return self.tile_n + CHUNK
 
-    def smem_bytes(self) -> int:
+    def smem_bytes(self, *, bias_tma: bool = False) -> int:
+        """Q, K/V stages and the bias buffers (barriers not counted): with ``bias_tma``,
+        :data:`BIAS_TMA_STAGES` stages of exactly ``tile_n`` distances a row."""
         elem = 2
         q = self.tile_m * self.head_dim * elem
         kv = 2 * STAGES * self.tile_n * self.head_dim * elem
-        bias = self.tile_m * self.bias_width * elem
+        if bias_tma:
+            bias = BIAS_TMA_STAGES * self.tile_m * self.tile_n * elem
+        else:
+            bias = self.tile_m * self.bias_width * elem
         return q + kv + bias
 
 
@@ -187,6 +196,14 @@ class RelAttnFwdSm90:
       elected thread sets the tile's transaction bytes and arrives for all 128
       (:meth:`_load_page` says why that is safe). Each tile is looked up when loaded
       (``page_reuse`` does not apply). The descriptors are built in ``__call__`` from K and V.
+    - ``bias_tma`` (not yet run on a GPU): a band tile's bias is loaded by TMA, one box a token
+      of the M tile: its G query heads by exactly ``tile_n`` distances from the unaligned
+      ``d_start = q_abs - n0 - tile_n + 1`` (out-of-range distances zero-filled), from
+      ``rel_logits`` seen as (E, Hq, T), issued by producer warp 0 (:meth:`_load_bias_tma`).
+      With no 8-column slop two bias stages fit (:meth:`CuteFwdConfig.smem_bytes`); a score
+      reads column ``tile_n - 1 - c`` of its row, whatever the row. Needs ``q_per_kv`` to divide
+      ``tile_m`` (ValueError otherwise). The stage is not swizzled: the 8 rows one warp reads per
+      load share their banks (256-byte rows).
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
@@ -194,13 +211,22 @@ class RelAttnFwdSm90:
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  bias_lanes: bool = False, softmax_ilp: bool = False, debug_all_plain: bool = False,
-                 fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False):  # fmt: skip
+                 fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
+                 bias_tma: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
             raise ValueError(f"tile {config.tile_m}x{config.tile_n} is not supported")
         if 128 * producer_regs + config.num_mma_threads * consumer_regs > 65536:
             raise ValueError(f"register split {producer_regs}/{consumer_regs} does not fit the register file")
+        if bias_tma and config.tile_m % config.q_per_kv != 0:
+            # one (tile_n, G) box a token: the G packed rows of a token must not straddle M tiles
+            raise ValueError(
+                f"bias_tma: q_per_kv is {config.q_per_kv}; expected a divisor of tile_m {config.tile_m} "
+                "(a power of two), so each token's query heads are one box in one M tile"
+            )
+        if bias_tma and config.smem_bytes(bias_tma=True) + 1024 > SMEM_LIMIT:
+            raise ValueError(f"bias_tma: {config.smem_bytes(bias_tma=True)} bytes of shared memory do not fit")
         self.config = config
         self.dtype = _cutlass_dtype(config.dtype)
         self.tile_m, self.tile_n, self.head_dim = config.tile_m, config.tile_n, config.head_dim
@@ -217,6 +243,8 @@ class RelAttnFwdSm90:
         self.fresh_scores = fresh_scores
         self.page_reuse = page_reuse
         self.tma_kv = tma_kv
+        self.bias_tma = bias_tma
+        self.bias_stages = BIAS_TMA_STAGES if bias_tma else 1
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -246,6 +274,16 @@ class RelAttnFwdSm90:
             cpasync.CopyBulkTensorTileG2SOp(), pages, cute.select(sKV_layout, mode=[0, 1]), (self.tile_n, self.head_dim)
         )
 
+    def _tma_bias(self, mRel: cute.Tensor):
+        """The TMA load of one token's bias box: ``rel_logits`` (T, Hq, E) seen as (E, Hq, T) (any
+        strides with unit stride over E), a box of ``tile_n`` distances by the G query heads of one
+        KV head, into G consecutive rows of a bias stage: ``(atom, coordinates)``, the coordinates
+        indexed (distance, head, token). Coordinates outside the tensor (a distance below 0 or at
+        or past E) are zero-filled by the hardware."""
+        rel = cute.make_tensor(mRel.iterator, cute.select(mRel.layout, mode=[2, 1, 0]))
+        box = cute.make_layout((self.tile_n, self.group), stride=(1, self.tile_n))
+        return cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), rel, box, (self.tile_n, self.group))
+
     @cute.jit
     def __call__(
         self,
@@ -273,13 +311,19 @@ class RelAttnFwdSm90:
         )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
         sKV_layout = self._smem_layout(self.tile_n, STAGES)
-        sB_layout = cute.make_layout((self.tile_m, self.bias_width), stride=(self.bias_width, 1))
+        if const_expr(self.bias_tma):
+            # stage s, packed row r, column c = d - d_start(token of r)
+            sB_layout = cute.make_layout(
+                (self.tile_m, self.tile_n, BIAS_TMA_STAGES), stride=(self.tile_n, 1, self.tile_m * self.tile_n)
+            )
+        else:
+            sB_layout = cute.make_layout((self.tile_m, self.bias_width), stride=(self.bias_width, 1))
 
         @cute.struct
         class SharedStorage:
             mbar_k: cute.struct.MemRange[Int64, 2 * STAGES]
             mbar_v: cute.struct.MemRange[Int64, 2 * STAGES]
-            mbar_b: cute.struct.MemRange[Int64, 2]
+            mbar_b: cute.struct.MemRange[Int64, 2 * self.bias_stages]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
@@ -301,10 +345,16 @@ class RelAttnFwdSm90:
         if const_expr(self.tma_kv):
             tma_atom_k, tK_pages = self._tma_pages(mK, sKV_layout)
             tma_atom_v, tV_pages = self._tma_pages(mV, sKV_layout)
+        # with bias_tma: the TMA atom and coordinate tensor of one token's bias box
+        tma_atom_b = tRel = None
+        if const_expr(self.bias_tma):
+            tma_atom_b, tRel = self._tma_bias(mRel)
+            if const_expr(SharedStorage.size_in_bytes() > SMEM_LIMIT):
+                raise ValueError(f"bias_tma: {SharedStorage.size_in_bytes()} bytes of shared memory do not fit")
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
             sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
-            tma_atom_v, tK_pages, tV_pages, SharedStorage,
+            tma_atom_v, tK_pages, tV_pages, tma_atom_b, tRel, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, num_reqs], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -337,6 +387,8 @@ class RelAttnFwdSm90:
         tma_atom_v: cute.CopyAtom | None,
         tK_pages: cute.Tensor | None,
         tV_pages: cute.Tensor | None,
+        tma_atom_b: cute.CopyAtom | None,
+        tRel: cute.Tensor | None,
         SharedStorage: cutlass.Constexpr,
     ):
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
@@ -346,6 +398,9 @@ class RelAttnFwdSm90:
             if warp_idx == 0:
                 cpasync.prefetch_descriptor(tma_atom_k)
                 cpasync.prefetch_descriptor(tma_atom_v)
+        if const_expr(self.bias_tma):
+            if warp_idx == 0:
+                cpasync.prefetch_descriptor(tma_atom_b)
         m_rev, kv_head, req = cute.arch.block_idx()
 
         # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
@@ -365,12 +420,21 @@ class RelAttnFwdSm90:
             producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
             consumer_arrivals = self.num_mma_threads // 32 if self.release_per_warp else self.num_mma_threads
             consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals)
+            # with bias_tma the bias stages' full barriers count one arrival (the elected thread's
+            # arrive.expect_tx): nothing else arrives on them
+            bias_producers = producers
+            if const_expr(self.bias_tma):
+                bias_producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
             pipes = [
                 pipeline.PipelineCpAsync.create(
-                    barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=producers,
+                    barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=group,
                     consumer_group=consumers, defer_sync=True,
                 )  # fmt: skip
-                for bar, stages in ((storage.mbar_k, STAGES), (storage.mbar_v, STAGES), (storage.mbar_b, 1))
+                for bar, stages, group in (
+                    (storage.mbar_k, STAGES, producers),
+                    (storage.mbar_v, STAGES, producers),
+                    (storage.mbar_b, self.bias_stages, bias_producers),
+                )
             ]
             cute.arch.mbarrier_init_fence()
             cute.arch.sync_threads()
@@ -408,7 +472,7 @@ class RelAttnFwdSm90:
                 self._produce(
                     mK, mV, mRel, sK, sV, sB, mBlockTable[req, None], page_div, kv_head, kv_len, q_start, q_len,
                     q_head0, offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom,
-                    (tma_atom_k, tK_pages), (tma_atom_v, tV_pages),
+                    (tma_atom_k, tK_pages), (tma_atom_v, tV_pages), (tma_atom_b, tRel),
                 )  # fmt: skip
             else:
                 cute.arch.setmaxregister_increase(self.consumer_regs)
@@ -425,10 +489,11 @@ class RelAttnFwdSm90:
     @cute.jit
     def _produce(self, mK, mV, mRel, sK, sV, sB, block_row, page_div, kv_head, kv_len, q_start, q_len, q_head0,
                  offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom, tma_k,
-                 tma_v):  # fmt: skip
+                 tma_v, tma_b):  # fmt: skip
         """Issue the loads in the order the consumers use them: K of the next tile before V of the
         current one (QK of tile i + 1 is issued before PV of tile i), the bias of a band tile after.
-        ``tma_k`` / ``tma_v``: (TMA atom, page coordinates) with ``tma_kv``, else (None, None)."""
+        ``tma_k`` / ``tma_v``: (TMA atom, page coordinates) with ``tma_kv``, else (None, None);
+        ``tma_b``: (TMA atom, bias coordinates) with ``bias_tma``, else (None, None)."""
         pipe_k, pipe_v, pipe_b = pipes
         thr_copy = copy_kv.get_slice(tidx)
         tTcT = thr_copy.partition_S(cute.make_identity_tensor((self.tile_n, self.head_dim)))
@@ -445,7 +510,7 @@ class RelAttnFwdSm90:
                 self._copy_rows(mK, sK, 0, pipe_k, kv_head, page_k, slot_k, thr_copy, tTcT, copy_atom)
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, tma_b)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     page_v, slot_v = page_k, slot_k
@@ -455,13 +520,13 @@ class RelAttnFwdSm90:
                     self._copy_rows(mV, sV, it, pipe_v, kv_head, page_v, slot_v, thr_copy, tTcT, copy_atom)
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, tma_b)  # fmt: skip
             else:
                 self._load_kv(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
                               thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, tma_b)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     if it + 1 < n_tiles:
@@ -471,7 +536,7 @@ class RelAttnFwdSm90:
                                   tTcT, copy_atom, pages_v)  # fmt: skip
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, tma_b)  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -588,11 +653,63 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _load_bias(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
-                   copy_atom):  # fmt: skip
+                   copy_atom, tma_b):  # fmt: skip
         """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
         thread), the distances ``[d0, d0 + bias_width)`` of its rel_logits row,
         ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
-        16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
+        16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them). With
+        ``bias_tma``: :meth:`_load_bias_tma`."""
+        if const_expr(self.bias_tma):
+            self._load_bias_tma(sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, tma_b)
+        else:
+            self._load_bias_rows(mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
+                                 copy_atom)  # fmt: skip
+
+    @cute.jit
+    def _load_bias_tma(self, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, tma_b):
+        """The bias of band tile ``it`` (key tile ``n0``) into stage ``it % 2`` by TMA, issued by
+        producer warp 0: per token ``t`` of the M tile, one (tile_n, G) box of rel_logits, the
+        distances ``[d_start, d_start + tile_n)`` with ``d_start = q_abs(t) - n0 - tile_n + 1`` (the
+        tile's distances for that token, unaligned) of its G query heads, into the token's G
+        packed rows, column ``d - d_start``. Distances outside ``[0, E)`` land as zeros (TMA's
+        out-of-bounds fill); the softmax selects them away or masks them.
+
+        Tokens past ``q_len`` are not loaded (their rows are never written out, and the softmax and
+        the PV GEMM never mix rows, so stale values there reach no output); the transaction
+        count is that of the boxes issued. The stage's full barrier counts one arrival: the
+        elected lane's ``arrive.expect_tx``, made before the copies."""
+        if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 0:
+            tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
+            stage = it % BIAS_TMA_STAGES
+            state = _state(BIAS_TMA_STAGES, it, stage, ((it // BIAS_TMA_STAGES) % 2) ^ 1)
+            atom, tRel = tma_b
+            tok_lo = m_block * (tile_m // G)
+            num_tok = cutlass.min(tile_m // G, q_len - tok_lo)
+            # the stage seen as (distance, head, token, stage): one token's box is [None, None, t, s]
+            sB_boxes = cute.make_tensor(
+                sB.iterator,
+                cute.make_layout((tile_n, G, tile_m // G, BIAS_TMA_STAGES),
+                                 stride=(1, tile_n, G * tile_n, tile_m * tile_n)),
+            )  # fmt: skip
+            pipe.producer_acquire(state)
+            full = pipe.producer_get_barrier(state)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(full, num_tok * (tile_n * G * self.dtype.width // 8))
+            for t in cutlass.range(num_tok, unroll=1):
+                tok = tok_lo + t
+                d_start = offset + tok - n0 - tile_n + 1
+                gB = cute.domain_offset((d_start, q_head0, q_start + tok), tRel)
+                gBox = cute.local_tile(gB[None, None, 0], (tile_n, G), (0, 0))
+                sBox, gBox_tma = cpasync.tma_partition(
+                    atom, 0, cute.make_layout(1), cute.group_modes(sB_boxes[None, None, t, stage], 0, 2),
+                    cute.group_modes(gBox, 0, 2),
+                )  # fmt: skip
+                cute.copy(atom, gBox_tma, sBox, tma_bar_ptr=full)
+
+    @cute.jit
+    def _load_bias_rows(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
+                        copy_atom):  # fmt: skip
+        """:meth:`_load_bias` without ``bias_tma``: the cp.async copies."""
         state = _state(1, it, 0, (it % 2) ^ 1)
         pipe.producer_acquire(state)
         if const_expr(self.bias_lanes):
@@ -819,7 +936,7 @@ class RelAttnFwdSm90:
         if const_expr(self.debug_all_plain):
             # the producer still stages the bias of band tiles: take it and hand the buffer back
             if it < num_band:
-                b_state = _state(1, it, 0, it % 2)
+                b_state = self._bias_state(it)
                 pipe_b.consumer_wait(b_state)
                 self._release(pipe_b, b_state)
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
@@ -827,28 +944,38 @@ class RelAttnFwdSm90:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
         else:
             in_band = it < num_band
-            b_state = _state(1, it, 0, it % 2)
+            b_state = self._bias_state(it)
             if in_band:
                 pipe_b.consumer_wait(b_state)
             n0 = n * tile_n
             num_rows = cute.size(tScS_mn, mode=[0])
+            # with bias_tma: this tile's stage, where distance d of a row is column tile_n - 1 - c
+            sB_tile = sB[None, None, it % BIAS_TMA_STAGES] if const_expr(self.bias_tma) else sB
             # scores in log2 units, masked and biased
             for i in cutlass.range_constexpr(num_rows):
                 qa = row_qabs[i]
                 r = tScS_mn[i, 0][0]
                 # column of distance d = qa - n0 in this row's staged slice
-                base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
+                base = tile_n - 1
+                if const_expr(not self.bias_tma):
+                    base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
                 for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                     c = tScS_mn[0, j][1]
                     d = qa - n0 - c
                     # always in bounds of the staged slice; unstaged distances are selected away
-                    bias = sB[r, base - c].to(Float32) * LOG2_E
+                    bias = sB_tile[r, base - c].to(Float32) * LOG2_E
                     s = acc_S_mn[i, j] * scale_log2 + cutlass.select_(d < rel_extent, bias, Float32(0.0))
                     visible = d >= 0 and d <= window and n0 + c < kv_len
                     acc_S_mn[i, j] = s if visible else -Float32.inf
             if in_band:
                 self._release(pipe_b, b_state)
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
+
+    def _bias_state(self, it):
+        """The consumers' pipeline position of the bias of band tile ``it``."""
+        if const_expr(self.bias_tma):
+            return _state(BIAS_TMA_STAGES, it, it % BIAS_TMA_STAGES, (it // BIAS_TMA_STAGES) % 2)
+        return _state(1, it, 0, it % 2)
 
     @cute.jit
     def _to_operand(self, acc_S, rP):

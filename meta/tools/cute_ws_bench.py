@@ -41,9 +41,9 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("no_ilp", "no_ilp_no_warprelease", "nofence", "tma_kv"),
-    "prefill8k_global_page16": ("no_ilp", "no_ilp_no_warprelease"),
-    "prefill8k_sliding_page128": ("no_ilp", "no_ilp_no_warprelease", "tma_kv"),
+    "prefill8k_global_page128": ("no_ilp", "no_ilp_no_warprelease", "nofence", "tma_kv", "bias_tma"),
+    "prefill8k_global_page16": ("no_ilp", "no_ilp_no_warprelease", "bias_tma"),
+    "prefill8k_sliding_page128": ("no_ilp", "no_ilp_no_warprelease", "tma_kv", "bias_tma"),
     "chunk2k_on16k_x4_page16": ("no_ilp", "no_ilp_no_warprelease"),
 }  # fmt: skip
 
@@ -65,6 +65,8 @@ VARIANTS = {
     # TMA page loads of K/V: listed for page-128 cases only (page_size == tile_n; at other page
     # sizes the kernel gathers every tile, so --probe tma_kv checks both paths)
     "tma_kv": dict(tma_kv=True),
+    # the band tiles' bias by TMA, one box a token, two stages (any page size)
+    "bias_tma": dict(bias_tma=True),
 }  # fmt: skip
 #: variants whose output is not the op's (not checked against the reference)
 UNCHECKED = {"allplain"}
