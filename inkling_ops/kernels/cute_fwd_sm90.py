@@ -183,8 +183,6 @@ class RelAttnFwdSm90:
       across the loop and converted them twice.
     - ``page_reuse``: one block-table lookup a key tile, used by its K copy and, an iteration
       later, its V copy, instead of one lookup per copy.
-    - ``softmax_ilp``: a tile's row max and row sum as four independent partial chains instead of
-      one (32 dependent ``fmax`` / ``fadd`` a row).
     - ``bias_lanes``: the bias copies go a 16-lane row group per row (coalesced) instead of one
       row a producer thread.
     - ``tma_kv`` (not yet run on a GPU): each K and V tile wholly below ``kv_len`` is one page,
@@ -210,7 +208,7 @@ class RelAttnFwdSm90:
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
-                 bias_lanes: bool = False, softmax_ilp: bool = False, debug_all_plain: bool = False,
+                 bias_lanes: bool = False, debug_all_plain: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  bias_tma: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -238,7 +236,6 @@ class RelAttnFwdSm90:
         self.release_per_warp = release_per_warp
         self.consumer_fence = consumer_fence
         self.bias_lanes = bias_lanes
-        self.softmax_ilp = softmax_ilp
         self.debug_all_plain = debug_all_plain
         self.fresh_scores = fresh_scores
         self.page_reuse = page_reuse
@@ -606,23 +603,8 @@ class RelAttnFwdSm90:
         The 16 lanes that copy one column chunk of rows ``r0 + 8 m`` (m < 16) look up one of those
         rows each (lane ``m``: one division, one block-table load) and pass the row's offset around
         with shuffles, so a copy costs a shuffle pair and the cp.async."""
-        stage = it % STAGES
-        state = _state(STAGES, it, stage, ((it // STAGES) % 2) ^ 1)
-        lane = cute.arch.lane_idx() % ROW_LANES
-        j = cutlass.min(n * self.tile_n + tTcT[0, 0, 0][0] + lane * (PRODUCER_THREADS // ROW_LANES), kv_len - 1)
-        page_idx, slot = divmod(j, page_div)
-        page = cutlass.min(cutlass.max(block_row[page_idx], 0), num_blocks - 1)
-        row_offset = cute.crd2idx((page, slot, kv_head, 0), mX.layout)
-        pipe.producer_acquire(state)
-        tXsX = thr_copy.partition_D(sX[None, None, stage])
-        col = tTcT[0, 0, 0][1]
-        for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
-            dst = tXsX[None, m, 0]
-            address = (mX.iterator + (_shuffle_i64(row_offset, m, ROW_LANES) + col)).toint()
-            src = cute.make_tensor(cute.make_ptr(mX.element_type, address, cute.AddressSpace.gmem, assumed_align=16),
-                                   dst.layout)  # fmt: skip
-            cute.copy(copy_atom, src, dst)
-        pipe.producer_commit(state)
+        page, slot = self._lookup(block_row, num_blocks, page_div, kv_len, n, tTcT)
+        self._copy_rows(mX, sX, it, pipe, kv_head, page, slot, thr_copy, tTcT, copy_atom)
 
     @cute.jit
     def _lookup(self, block_row, num_blocks, page_div, kv_len, n, tTcT):
@@ -973,9 +955,7 @@ class RelAttnFwdSm90:
 
     def _bias_state(self, it):
         """The consumers' pipeline position of the bias of band tile ``it``."""
-        if const_expr(self.bias_tma):
-            return _state(BIAS_TMA_STAGES, it, it % BIAS_TMA_STAGES, (it // BIAS_TMA_STAGES) % 2)
-        return _state(1, it, 0, it % 2)
+        return _state(self.bias_stages, it, it % self.bias_stages, (it // self.bias_stages) % 2)
 
     @cute.jit
     def _to_operand(self, acc_S, rP):
@@ -1009,17 +989,9 @@ class RelAttnFwdSm90:
         probabilities); ``scale`` turns a score into log2 units (1 when it already is). The factor
         the running O must be multiplied by goes to ``row_scale``."""
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            cols = cute.size(s_mn, mode=[1])
-            if const_expr(self.softmax_ilp and cols % 4 == 0):
-                lanes = [s_mn[i, 0], s_mn[i, 1], s_mn[i, 2], s_mn[i, 3]]
-                for j in cutlass.range_constexpr(4, cols, 4):
-                    for k in cutlass.range_constexpr(4):
-                        lanes[k] = cute.arch.fmax(lanes[k], s_mn[i, j + k])
-                tile_max = cute.arch.fmax(cute.arch.fmax(lanes[0], lanes[1]), cute.arch.fmax(lanes[2], lanes[3]))
-            else:
-                tile_max = s_mn[i, 0]
-                for j in cutlass.range_constexpr(1, cols):
-                    tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
+            tile_max = s_mn[i, 0]
+            for j in cutlass.range_constexpr(1, cute.size(s_mn, mode=[1])):
+                tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
             tile_max = cute.arch.warp_reduction_max(tile_max, threads_in_group=4)
             new_max = cute.arch.fmax(row_max[i], tile_max * scale)
             # a row with nothing visible yet keeps offset 0 (exp2(-inf) = 0, no NaN)
@@ -1028,20 +1000,11 @@ class RelAttnFwdSm90:
                 safe_max = Float32(0.0)
             correction = cute.math.exp2(row_max[i] - safe_max, fastmath=True)
             row_max[i] = new_max
-            if const_expr(self.softmax_ilp and cols % 4 == 0):
-                sums = [Float32(0.0), Float32(0.0), Float32(0.0), Float32(0.0)]
-                for j in cutlass.range_constexpr(0, cols, 4):
-                    for k in cutlass.range_constexpr(4):
-                        p = cute.math.exp2(s_mn[i, j + k] * scale - safe_max, fastmath=True)
-                        s_mn[i, j + k] = p
-                        sums[k] = sums[k] + p
-                partial = (sums[0] + sums[1]) + (sums[2] + sums[3])
-            else:
-                partial = Float32(0.0)
-                for j in cutlass.range_constexpr(cols):
-                    p = cute.math.exp2(s_mn[i, j] * scale - safe_max, fastmath=True)
-                    s_mn[i, j] = p
-                    partial += p
+            partial = Float32(0.0)
+            for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+                p = cute.math.exp2(s_mn[i, j] * scale - safe_max, fastmath=True)
+                s_mn[i, j] = p
+                partial += p
             row_sum[i] = row_sum[i] * correction + partial
             row_scale[i] = correction
 

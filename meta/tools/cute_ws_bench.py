@@ -41,27 +41,24 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("no_ilp", "no_ilp_no_warprelease", "nofence", "tma_kv", "bias_tma"),
-    "prefill8k_global_page16": ("no_ilp", "no_ilp_no_warprelease", "bias_tma"),
-    "prefill8k_sliding_page128": ("no_ilp", "no_ilp_no_warprelease", "tma_kv", "bias_tma"),
-    "chunk2k_on16k_x4_page16": ("no_ilp", "no_ilp_no_warprelease"),
+    "prefill8k_global_page128": ("no_warprelease", "nofence", "biaslanes", "tma_kv", "bias_tma"),
+    "prefill8k_global_page16": ("bias_tma",),
+    "prefill8k_sliding_page128": ("tma_kv", "bias_tma"),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
 VARIANTS = {
     "default": {},
     # the schedule measured at 46a147e (RelAttnFwdSm90's keyword defaults)
-    "old": dict(fresh_scores=False, page_reuse=False, release_per_warp=False, softmax_ilp=False, producer_regs=24,
+    "old": dict(fresh_scores=False, page_reuse=False, release_per_warp=False, producer_regs=24,
                 consumer_regs=240),
     "no_fresh": dict(fresh_scores=False),
     "no_pagereuse": dict(page_reuse=False, producer_regs=24, consumer_regs=240),
     "no_warprelease": dict(release_per_warp=False),
-    "no_ilp": dict(softmax_ilp=False),
     "nofence": dict(consumer_fence=False),
     "biaslanes": dict(bias_lanes=True),
     "nopingpong": dict(pingpong=False),
     "allplain": dict(debug_all_plain=True),
-    "no_ilp_no_warprelease": dict(softmax_ilp=False, release_per_warp=False),
     # TMA page loads of K/V: listed for page-128 cases only (page_size == tile_n; at other page
     # sizes the kernel gathers every tile, so --probe tma_kv checks both paths)
     "tma_kv": dict(tma_kv=True),
