@@ -155,18 +155,25 @@ _REGISTRATIONS = {
 }
 
 
-def dispatcher_rows(device: str, calls: int = 2000, rounds: int = 15) -> dict:
-    """The figures of ``--dispatcher-rows`` (module docstring): for each grad context and row, the
-    median per-call µs over ``rounds`` batches of ``calls`` calls and the median per-round
-    difference to the empty op registered our way."""
-    from torch.library import Library, fallthrough_kernel
-
+def _tiny_decode(device: str):
+    """The probe's call (4 requests of one query over 64 keys, 8/1 heads): the case, its ``out``,
+    the op's seven positional tensors and its keyword options."""
     case = make_case([1] * 4, [64] * 4, num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=64,
                      dtype=torch.bfloat16 if device == "cuda" else torch.float32, device=device)  # fmt: skip
     out = torch.empty_like(case.q)
     args = (case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
             case.rel_logits)  # fmt: skip
     options = dict(max_seqlen_q=1, softmax_scale=case.softmax_scale, window_size=[-1, -1], out=out)
+    return case, out, args, options
+
+
+def dispatcher_rows(device: str, calls: int = 2000, rounds: int = 15) -> dict:
+    """The figures of ``--dispatcher-rows`` (module docstring): for each grad context and row, the
+    median per-call µs over ``rounds`` batches of ``calls`` calls and the median per-round
+    difference to the empty op registered our way."""
+    from torch.library import Library, fallthrough_kernel
+
+    case, out, args, options = _tiny_decode(device)
     api_kwargs = dict(block_table=case.block_table, cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q,
                       rel_logits=case.rel_logits, max_seqlen_q=1, softmax_scale=case.softmax_scale, out=out)  # fmt: skip
 
@@ -223,12 +230,7 @@ def dispatcher_rows(device: str, calls: int = 2000, rounds: int = 15) -> dict:
 def measure(device: str, calls: int = 2000, backend: str | None = None) -> dict:
     """The figures of the module docstring on ``device``; ``calls`` per batch (15% of it for the
     calls that run kernels); ``backend``: the backend every call asks for (None: the default choice)."""
-    case = make_case([1] * 4, [64] * 4, num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=64,
-                     dtype=torch.bfloat16 if device == "cuda" else torch.float32, device=device)  # fmt: skip
-    out = torch.empty_like(case.q)
-    args = (case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
-            case.rel_logits)  # fmt: skip
-    options = dict(max_seqlen_q=1, softmax_scale=case.softmax_scale, window_size=[-1, -1], out=out)
+    case, out, args, options = _tiny_decode(device)
     define, decorated, _lib = _registration_probes(args, options)
     if backend is not None:
         options["backend"] = backend
