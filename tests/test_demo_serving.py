@@ -76,6 +76,18 @@ def test_the_check_fails_without_the_relative_bias():
     assert teacher_forced.worst_gap > TEACHER_FORCED_TOL, teacher_forced  # the bf16 criterion catches it too
 
 
+def test_teacher_forced_bound_is_the_tolerance_or_the_controls_gap():
+    from inkling_ops.demo.check import CheckResult
+
+    def result(gap, control):
+        return CheckResult(0, 8, 0, 256, gap, "teacher-forced", control)
+
+    assert not result(0.064, None).ok  # above the tolerance, no control
+    assert result(0.064, 0.26).ok  # HF's own bf16 attention is further from float32
+    assert not result(0.3, 0.26).ok and result(0.01, None).ok
+    assert result(0.0, None).bound == TEACHER_FORCED_TOL
+
+
 def test_bf16_criterion_passes_the_loop_and_fails_without_the_bias():
     """The CUDA demo's criterion (bf16): the teacher-forced gap bounded by HF's own eager attention
     in bf16 (the control). Our loop in bf16 passes it; with the relative bias zeroed it fails."""

@@ -143,6 +143,10 @@ def test_anchor_baseline_is_ours_or_a_backend_of_ours():
     assert plot_performance.baseline_of(rows) == "ours[cute]"
     assert plot_performance.baseline_of(rows + [_record("prefill8k_global", spec, 16, "ours", 1.0, _NEW, "abc")]) == "ours"
     assert plot_performance.baseline_of(rows[:1]) == "ours[triton]"
+    # the fallbacks' order, not the names' sort: triton ahead of an unlisted backend of ours
+    reference = _record("prefill8k_global", spec, 16, "ours[reference]", 1.0, _NEW, "abc")
+    assert plot_performance.baseline_of([reference] + rows[:1]) == "ours[triton]"
+    assert plot_performance.baseline_of([reference]) == "ours[reference]"
     with pytest.raises(ValueError, match="no peer of ours"):
         plot_performance.baseline_of(rows[2:])
 
