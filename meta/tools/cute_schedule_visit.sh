@@ -3,7 +3,7 @@
 # the CuTe runtime is installed, `. /tmp/site/env.sh`): the variants of RelAttnFwdSm90 checked on
 # cute_gpu_check's direct cases, timed against triton and flash-attn-4 (no bias), then ncu of our
 # kernel and flash-attn-4's on 8K global page 128, and per-instruction stall samples of ours.
-#   PROBES="a b" CASES=c1,c2 [CONFORMANCE=1] [PEERS=1] [NO_NCU=1] bash meta/tools/cute_schedule_visit.sh SHA
+#   PROBES="a b" CASES=c1,c2 [CONFORMANCE=1] [PEERS=1] [NO_NCU=1] [NO_FA4_NCU=1] bash meta/tools/cute_schedule_visit.sh SHA
 # CONFORMANCE=1 adds tests/test_conformance.py -k cute; PEERS=1 the peer benchmark (vLLM's
 # score_mod in flash-attn-4, flash-attn-4 without the bias, our triton and cute backends; both
 # clocks) on the prefill cases. When the probe of the default fails, the backend's schedule falls
@@ -39,9 +39,11 @@ SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Mem
 echo "== ncu ours"
 timeout 90 ncu $SECTIONS -k regex:RelAttn -c 1 python3 meta/tools/cute_ws_bench.py --profile prefill8k_global_page128${NCU_VARIANT:+:$NCU_VARIANT} > $OUT/ncu_cute.txt 2>&1
 grep -E "Duration|SM Frequency|Compute \(SM\) Thr|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Achieved Occ|Executed Ipc A" $OUT/ncu_cute.txt | head -12
+if [ -z "$NO_FA4_NCU" ]; then
 echo "== ncu fa4"
 timeout 90 ncu $SECTIONS -k regex:FlashAttentionForwardSm90 -c 1 python3 meta/tools/cute_ws_bench.py --profile prefill8k_global_page128:fa4 > $OUT/ncu_fa4.txt 2>&1
 grep -E "Duration|SM Frequency|Compute \(SM\) Thr|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Achieved Occ|Executed Ipc A" $OUT/ncu_fa4.txt | head -12
+fi
 echo "== ncu source"
 timeout 120 ncu --section SourceCounters --section WarpStateStats -k regex:RelAttn -c 1 -o $OUT/cute_src python3 meta/tools/cute_ws_bench.py --profile prefill8k_global_page128${NCU_VARIANT:+:$NCU_VARIANT} > $OUT/ncu_src.log 2>&1
 tail -2 $OUT/ncu_src.log

@@ -42,7 +42,9 @@ CASES = {
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
     "prefill8k_global_page128": ("no_warprelease", "nofence", "biaslanes", "tma_kv", "bias_tma"),
-    "prefill8k_global_page16": ("bias_tma",),
+    "prefill8k_global_page16": ("bias_tma", "biaslanes"),
+    "serving_chunk2k_decodes63_global_page16": ("bias_tma", "biaslanes"),
+    "serving_chunk2k_decodes63_sliding_page16": ("bias_tma",),
     "prefill8k_sliding_page128": ("tma_kv", "bias_tma"),
 }  # fmt: skip
 
