@@ -132,7 +132,7 @@ def _ptxas_spills(ptx: str, tmp_path) -> list[tuple[str, str]] | None:
 
 
 def test_cute_compile_tma_kv(tmp_path):
-    """The ``tma_kv`` option (not in SCHEDULE): whole K/V tiles by TMA page copies (a (128, 128)
+    """The ``tma_kv`` option (in SCHEDULE since 8a85f3c; passed explicitly here): whole K/V tiles by TMA page copies (a (128, 128)
     tile is two 64-column boxes of the 128-byte swizzle; three call sites: the first K, the
     loop's K and V), each stage's full barrier set by one ``arrive.expect_tx`` of the tile's bytes
     plus an arrive of the other 127 producer threads, the descriptors prefetched; the tile that
@@ -159,7 +159,8 @@ def test_cute_compile_tma_kv(tmp_path):
 
 @pytest.mark.parametrize("group", [8, 4], ids=["g8-global", "g4-sliding"])
 def test_cute_compile_bias_tma(tmp_path, group):
-    """The ``bias_tma`` option (not in SCHEDULE): a band tile's bias as one 3-D TMA box a token
+    """The ``bias_tma`` option (not in SCHEDULE; checked here without ``tma_kv``, whose own TMA
+    descriptors would add to the counts): a band tile's bias as one 3-D TMA box a token
     ((tile_n, G) of rel_logits seen as (E, Hq, T)), issued in a loop by producer warp 0 (two call
     sites: the first band tile, the loop's), each stage's full barrier counting one arrival (the
     elected ``arrive.expect_tx`` of the issued boxes' bytes: a shift of the token count by
@@ -169,7 +170,7 @@ def test_cute_compile_bias_tma(tmp_path, group):
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
     compiled = cute_runtime.compile_with(
-        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_tma=True), arch="sm_90a", ptx=True
+        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_tma=True, tma_kv=False), arch="sm_90a", ptx=True
     )
     ptx = compiled.ptx
     tma = re.findall(r"cp\.async\.bulk\.tensor\.3d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes", ptx)

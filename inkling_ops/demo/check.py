@@ -11,9 +11,11 @@ Two criteria, both computed on every run:
   bfloat16 (the CUDA demo), where bf16 rounding may legitimately flip a near-tie and greedy
   sequences then diverge: the check still fails if a token is clearly not what the exact model
   would choose given the same history (a wrong bias, window or cache shows far above ``tol``).
-  A model in bf16 drifts from its float32 original by itself, so the bound is ``tol`` or the
-  gap of a *control*, whichever is larger: the same HF model with its own eager attention in
-  the loop's dtype, greedy on the same prompts and scored the same way (the measured gaps:
+  A model in bf16 drifts from its float32 original by itself, so the bound is ``tol`` or
+  ``CONTROL_FACTOR`` times the gap of a *control*, whichever is larger: the same HF model with
+  its own eager attention in the loop's dtype, greedy on the same prompts and scored the same
+  way. Our loop's bf16 path (other kernels, another accumulation order) drifts by a comparable
+  but not smaller amount; a missing bias drifts several times further (the measured gaps:
   meta/TUNING.md, "Serving demo").
 """
 
@@ -25,6 +27,8 @@ import torch
 
 #: bf16 logits carry ~2^-8 relative error per rounding; a flipped near-tie stays well under this.
 TEACHER_FORCED_TOL = 2e-2
+#: how far past the control's gap the loop's may go (measured ratios: meta/TUNING.md, "Serving demo")
+CONTROL_FACTOR = 2.0
 
 
 @dataclass
@@ -45,8 +49,9 @@ class CheckResult:
 
     @property
     def bound(self) -> float:
-        """The teacher-forced criterion's bound: the tolerance, or the control's gap if larger."""
-        return max(TEACHER_FORCED_TOL, self.control_gap or 0.0)
+        """The teacher-forced criterion's bound: the tolerance, or ``CONTROL_FACTOR`` times the
+        control's gap if larger."""
+        return max(TEACHER_FORCED_TOL, CONTROL_FACTOR * (self.control_gap or 0.0))
 
     def __str__(self) -> str:
         verdict = "PASS" if self.ok else "FAIL"
@@ -54,7 +59,8 @@ class CheckResult:
             f"greedy check vs HF eager (float32): {verdict} [{self.criterion}] -- {self.exact_requests}/{self.num_requests} "
             f"requests token-identical, {self.exact_tokens}/{self.num_tokens} tokens before the first divergence; "
             f"teacher-forced worst gap {self.worst_gap:.2e} of the logit scale (tolerance {TEACHER_FORCED_TOL}"
-            + (f"; HF eager in the loop's dtype: {self.control_gap:.2e}" if self.control_gap is not None else "")
+            + (f"; HF eager in the loop's dtype: {self.control_gap:.2e}, bound {self.bound:.2e} = max(tolerance, "
+               f"{CONTROL_FACTOR:g} x that)" if self.control_gap is not None else "")
             + ")"
         )
 

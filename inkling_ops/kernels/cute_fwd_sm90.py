@@ -185,7 +185,7 @@ class RelAttnFwdSm90:
       later, its V copy, instead of one lookup per copy.
     - ``bias_lanes``: the bias copies go a 16-lane row group per row (coalesced) instead of one
       row a producer thread.
-    - ``tma_kv`` (not yet run on a GPU): each K and V tile wholly below ``kv_len`` is one page,
+    - ``tma_kv``: each K and V tile wholly below ``kv_len`` is one page,
       loaded with one TMA copy (``cp.async.bulk.tensor``, issued by producer warp 0) from page
       ``block_table[req, n]`` clamped into the cache, into the same swizzled stages the consumers
       read; the tile that holds ``kv_len`` is still gathered, its rows past ``kv_len`` copying row
@@ -194,7 +194,7 @@ class RelAttnFwdSm90:
       elected thread sets the tile's transaction bytes and arrives for all 128
       (:meth:`_load_page` says why that is safe). Each tile is looked up when loaded
       (``page_reuse`` does not apply). The descriptors are built in ``__call__`` from K and V.
-    - ``bias_tma`` (not yet run on a GPU): a band tile's bias is loaded by TMA, one box a token
+    - ``bias_tma`` (broken: its first call on the H200 raised an illegal instruction): a band tile's bias is loaded by TMA, one box a token
       of the M tile: its G query heads by exactly ``tile_n`` distances from the unaligned
       ``d_start = q_abs - n0 - tile_n + 1`` (out-of-range distances zero-filled), from
       ``rel_logits`` seen as (E, Hq, T), issued by producer warp 0 (:meth:`_load_bias_tma`).

@@ -8,7 +8,7 @@
 #     bench  the peer benchmark, every peer, both clocks (meta/bench/benchmark.py --quick)
 #     sweep  the sweeps of docs/performance.md (meta/bench/sweep_cases.json, --quick)
 #     warmup cold / warm warmup, first call of a warmed process, strict serving (meta/tools/warmup_probe.py)
-#     hf     the Hugging Face GPU tests with transformers from a carried wheel in .whl/ (the image's 5.17
+#     hf     the Hugging Face GPU tests (and the CUDA demo's) with transformers from a carried wheel in .whl/ (the image's 5.17
 #            lacks what they need), installed into /tmp/hf ahead of the image's copy
 #     cute   the CuTe backend: its conformance cases, the runtime's GPU tests, the launch probe
 # BENCH_BACKENDS (default "default,cute") names the backends of ours the bench steps time.
@@ -43,7 +43,7 @@ for step in ${part//,/ }; do
       python3 meta/tools/warmup_probe.py --out "$out/warmup_probe.jsonl" 2>&1 | tee "$out/warmup_probe_$sha.log" ;;
     hf)
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hf $(ls .whl/transformers-*.whl /tmp/whl/transformers-*.whl 2>/dev/null | head -1) 2>&1 | tail -2
-      PYTHONPATH=/tmp/hf:$PYTHONPATH python3 -m pytest tests/test_hf_integration.py -m gpu -q -rA -p no:cacheprovider 2>&1 \
+      PYTHONPATH=/tmp/hf:$PYTHONPATH python3 -m pytest tests/test_hf_integration.py tests/test_demo_serving.py -m gpu -q -rA -p no:cacheprovider 2>&1 \
         | tee "$out/gpu_hf_$sha.log" | tail -15 ;;
     cute)
       python3 -m pytest tests/test_conformance.py tests/test_cute_runtime.py tests/test_cute_compile.py -k cute -q -rs -p no:cacheprovider \
