@@ -183,8 +183,6 @@ class RelAttnFwdSm90:
       across the loop and converted them twice.
     - ``page_reuse``: one block-table lookup a key tile, used by its K copy and, an iteration
       later, its V copy, instead of one lookup per copy.
-    - ``bias_lanes``: the bias copies go a 16-lane row group per row (coalesced) instead of one
-      row a producer thread.
     - ``tma_kv``: each K and V tile wholly below ``kv_len`` is one page,
       loaded with one TMA copy (``cp.async.bulk.tensor``, issued by producer warp 0) from page
       ``block_table[req, n]`` clamped into the cache, into the same swizzled stages the consumers
@@ -208,7 +206,7 @@ class RelAttnFwdSm90:
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
-                 bias_lanes: bool = False, debug_all_plain: bool = False,
+                 debug_all_plain: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  bias_tma: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -235,7 +233,6 @@ class RelAttnFwdSm90:
         self.pingpong = pingpong
         self.release_per_warp = release_per_warp
         self.consumer_fence = consumer_fence
-        self.bias_lanes = bias_lanes
         self.debug_all_plain = debug_all_plain
         self.fresh_scores = fresh_scores
         self.page_reuse = page_reuse
@@ -694,52 +691,23 @@ class RelAttnFwdSm90:
         """:meth:`_load_bias` without ``bias_tma``: the cp.async copies."""
         state = _state(1, it, 0, (it % 2) ^ 1)
         pipe.producer_acquire(state)
-        if const_expr(self.bias_lanes):
-            # a 16-lane row group per row: lane l copies chunk l, lane 0 also the last chunk
-            lane = tidx % ROW_LANES
-            for p in cutlass.range(self.tile_m * ROW_LANES // PRODUCER_THREADS, unroll=1):
-                r = tidx // ROW_LANES + p * (PRODUCER_THREADS // ROW_LANES)
-                for j in cutlass.range_constexpr((self.bias_width // CHUNK + ROW_LANES - 1) // ROW_LANES):
-                    k = lane + j * ROW_LANES
-                    if k < self.bias_width // CHUNK:
-                        self._bias_chunk(mRel, sB, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, r, k,
-                                         copy_atom)  # fmt: skip
-        else:
-            for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
-                r = tidx + rr * PRODUCER_THREADS
-                row = m_block * self.tile_m + r
-                tok = row // self.group
-                d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
-                if tok < q_len:
-                    src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
-                    for k in cutlass.range_constexpr(self.bias_width // CHUNK):
-                        d = d0 + k * CHUNK
-                        if d >= 0 and d < rel_extent:
-                            address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
-                            dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
-                            dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
-                            src_address = (src_row.iterator + d).toint()
-                            src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=16)
-                            cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
+        for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
+            r = tidx + rr * PRODUCER_THREADS
+            row = m_block * self.tile_m + r
+            tok = row // self.group
+            d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
+            if tok < q_len:
+                src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
+                for k in cutlass.range_constexpr(self.bias_width // CHUNK):
+                    d = d0 + k * CHUNK
+                    if d >= 0 and d < rel_extent:
+                        address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
+                        dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
+                        dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
+                        src_address = (src_row.iterator + d).toint()
+                        src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=16)
+                        cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
         pipe.producer_commit(state)
-
-    @cute.jit
-    def _bias_chunk(self, mRel, sB, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, r, k, copy_atom):
-        """cp.async chunk ``k`` of row ``r``'s staged bias slice, if it lies inside ``[0, E)``."""
-        row = m_block * self.tile_m + r
-        tok = row // self.group
-        d = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1)) + k * CHUNK
-        if tok < q_len and d >= 0 and d < rel_extent:
-            address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
-            dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
-            dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
-            src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
-            src_ptr = cute.make_ptr(self.dtype, (src_row.iterator + d).toint(), cute.AddressSpace.gmem, assumed_align=16)
-            cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
-
-    # ---------------------------------------------------------------------------------------------
-    # consumer warpgroups: GEMMs and softmax
-    # ---------------------------------------------------------------------------------------------
 
     @cute.jit
     def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,

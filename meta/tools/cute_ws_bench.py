@@ -56,7 +56,6 @@ VARIANTS = {
     "no_pagereuse": dict(page_reuse=False, producer_regs=24, consumer_regs=240),
     "no_warprelease": dict(release_per_warp=False),
     "nofence": dict(consumer_fence=False),
-    "biaslanes": dict(bias_lanes=True),
     "nopingpong": dict(pingpong=False),
     "allplain": dict(debug_all_plain=True),
     # TMA page loads of K/V: listed for page-128 cases only (page_size == tile_n; at other page
