@@ -93,7 +93,9 @@ def test_teacher_forced_bound_is_the_tolerance_or_the_controls_gap():
 def test_demo_refuses_an_older_transformers(monkeypatch, capsys):
     import transformers
 
-    assert cli._version("5.24.0") == (5, 24) and cli._version("5.3.0.dev0") == (5, 3) and cli._version("6.0rc1") == (6, 0)
+    from inkling_ops.integrations.hf import release
+
+    assert release("5.24.0") == (5, 24) and release("5.3.0.dev0") == (5, 3) and release("6.0rc1") == (6, 0)
     monkeypatch.setattr(transformers, "__version__", "5.17.0")
     assert cli.main(["--device", "cpu"]) == 2
     assert "needs transformers >= 5.24 (found 5.17.0)" in capsys.readouterr().out
@@ -154,7 +156,7 @@ def test_short_conv_over_chunks_equals_hf_conv():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.skipif(cli._version(__import__("transformers").__version__) < cli.MIN_TRANSFORMERS,
+@pytest.mark.skipif(cli.release(__import__("transformers").__version__) < cli.MIN_TRANSFORMERS,
                     reason="needs transformers >= 5.24 (the hf extra; gpu_visit.sh's hf step carries it)")  # fmt: skip
 @pytest.mark.parametrize("dtype, criterion", [("bfloat16", "teacher-forced"), ("float32", "exact")])
 def test_demo_on_cuda_with_graphs(dtype, criterion):

@@ -257,10 +257,10 @@ def bf16_config() -> InklingTextConfig:
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-#: the integration targets transformers >= 5.24 (the hf extra); 5.17 (the H200 image's) names the
-#: cache ``past_key_values`` where 5.24 says ``cache``, and this test fails there on that name
+#: the integration targets transformers >= 5.24 (hf.MIN_TRANSFORMERS, the hf extra); 5.17 (the H200
+#: image's) names the cache ``past_key_values`` where 5.24 says ``cache``, and this test fails there
 HF_524 = pytest.mark.skipif(
-    tuple(int(x) for x in __import__("transformers").__version__.split(".")[:2]) < (5, 24),
+    hf.release(__import__("transformers").__version__) < hf.MIN_TRANSFORMERS,
     reason="needs transformers >= 5.24 (the hf extra)",
 )
 INTERPRETER = pytest.mark.skipif(

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import re
 import time
 
 import torch
 
 from .. import ServingConfig, strict_compiles, warmup
+from ..integrations.hf import MIN_TRANSFORMERS, release
 from ..planning import backend_names, get_backend
 
 #: default prompt lengths: short and long, one past the global rel_extent (64), several past the window (32)
@@ -81,16 +81,6 @@ def _graphs_compiled() -> int:
     return counters["stats"]["unique_graphs"]
 
 
-#: the transformers release whose Inkling the demo's loop reproduces (the hf extra's lower bound)
-MIN_TRANSFORMERS = (5, 24)
-
-
-def _version(text: str) -> tuple[int, int]:
-    """``"5.24.0"`` -> ``(5, 24)`` (a dev or rc suffix after the minor is ignored)."""
-    major, minor = (text.split(".") + ["0"])[:2]
-    return int(major), int(re.match(r"\d*", minor).group() or 0)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(argv or [])
     if argv[:1] == ["step"]:
@@ -116,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"the serving demo needs transformers with the Inkling model (pip install 'inkling_ops[hf]'): {exc}")
         return 2
-    if _version(transformers.__version__) < MIN_TRANSFORMERS:
+    if release(transformers.__version__) < MIN_TRANSFORMERS:
         # 5.17's Inkling is not the model this loop serves: on the H200 the float32 loop matched
         # 5.24's eager model token for token and 5.17's on 14 of 256 tokens (meta/TUNING.md)
         print(f"the serving demo needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))} (found "

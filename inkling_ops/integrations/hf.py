@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import re
 
 import torch
 
@@ -64,6 +65,18 @@ ATTN_IMPLEMENTATION = "inkling_ops"
 
 #: Tokens per page of the paged KV layout built per call (vLLM's default page size).
 PAGE_SIZE = 16
+
+#: The oldest transformers release whose Inkling this integration reproduces (the hf extra's
+#: lower bound): 5.17 names the cache ``past_key_values`` where 5.24 says ``cache``, and its
+#: Inkling did not match (meta/TUNING.md, "Serving demo").
+MIN_TRANSFORMERS = (5, 24)
+
+
+def release(version: str) -> tuple[int, int]:
+    """``"5.24.0"`` -> ``(5, 24)``: a version string's (major, minor); a dev or rc suffix after
+    the minor is ignored."""
+    major, minor = (version.split(".") + ["0"])[:2]
+    return int(major), int(re.match(r"\d*", minor).group() or 0)
 
 # True while an InklingAttention.forward runs under the "inkling_ops" implementation: its
 # InklingRelativeLogits then returns the compact (B, Hq, q_len, E) logits instead of the dense bias.
