@@ -49,6 +49,8 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as hopper
 from cutlass import Float32, Int32, Int64, const_expr
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
@@ -147,6 +149,29 @@ def _acc_as_operand_a(acc_layout: cute.Layout) -> cute.Layout:
     return cute.make_layout(shape, stride=stride)
 
 
+@dsl_user_op
+def _prefetch_l2(address: Int64, size: Int32, *, loc=None, ip=None) -> None:
+    """``cp.async.bulk.prefetch.L2.global [address], size``: bring ``size`` bytes (a multiple of
+    16, ``address`` 16-byte aligned) into L2, asynchronously, writing nothing."""
+    llvm.inline_asm(
+        None,
+        [Int64(address).ir_value(loc=loc, ip=ip), Int32(size).ir_value(loc=loc, ip=ip)],
+        "cp.async.bulk.prefetch.L2.global [$0], $1;",
+        "l,r",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
+
+
+def _tree(values: list, op):
+    """``op`` over ``values`` as a balanced tree (depth log2 n, not a chain of n - 1)."""
+    while len(values) > 1:
+        pairs = [op(values[k], values[k + 1]) for k in range(0, len(values) - 1, 2)]
+        values = pairs + values[len(pairs) * 2 :]
+    return values[0]
+
+
 @cute.jit
 def _shuffle_i64(value, lane, width: cutlass.Constexpr):
     """``value`` (64-bit) of lane ``lane`` of this thread's ``width``-lane segment of the warp."""
@@ -200,6 +225,19 @@ class RelAttnFwdSm90:
       reads column ``tile_n - 1 - c`` of its row, whatever the row. Needs ``q_per_kv`` to divide
       ``tile_m`` (ValueError otherwise). The stage is not swizzled: the 8 rows one warp reads per
       load share their banks (256-byte rows).
+    - ``tree_reduce``: a row's maximum and sum over a tile as balanced trees of ``fmax`` / add
+      (depth 5 for 32 values) instead of one dependent chain of 31.
+    - ``band_split``: band tiles whose every element is visible with ``0 <= d < E`` (below the
+      diagonal, inside the window, the whole tile in the band) take a body without masks: one
+      shared-memory load and one multiply-add a score, ``S * softmax_scale + bias``, in natural
+      units (the softmax's exp2 multiply-add applies log2(e)). The other band tiles mask as before,
+      in the same units.
+    - ``bias_prefetch``: at the start of a CTA each producer thread asks L2 for its packed row's
+      band slice of ``rel_logits`` (distances ``[0, min(E, q_abs + 1))``, one bulk prefetch), so
+      the band tiles' staging copies read L2 instead of waiting on HBM.
+    - ``debug_bias_clamp`` (probe only, wrong numerics): with ``bias_tma``, each box's start is
+      clamped into ``[0, E - tile_n]``, to tell whether negative or out-of-range box starts are
+      what the H200 rejects.
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
@@ -208,7 +246,8 @@ class RelAttnFwdSm90:
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
-                 bias_tma: bool = False):  # fmt: skip
+                 bias_tma: bool = False, tree_reduce: bool = False, band_split: bool = False,
+                 bias_prefetch: bool = False, debug_bias_clamp: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -238,6 +277,10 @@ class RelAttnFwdSm90:
         self.page_reuse = page_reuse
         self.tma_kv = tma_kv
         self.bias_tma = bias_tma
+        self.tree_reduce = tree_reduce
+        self.band_split = band_split
+        self.bias_prefetch = bias_prefetch
+        self.debug_bias_clamp = debug_bias_clamp
         self.bias_stages = BIAS_TMA_STAGES if bias_tma else 1
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
@@ -459,6 +502,10 @@ class RelAttnFwdSm90:
             if lowest >= 0:
                 n_band = lowest // tile_n + 1
             num_band = cutlass.max(n_end - cutlass.max(n_band, n_begin), 0)
+            # band tiles with every element visible and 0 <= d < E (band_split): keys at or below
+            # qa_lo, and qa_hi - n0 <= min(E - 1, window)
+            bias_hi = cutlass.max(qa_lo + 1, 0) // tile_n
+            bias_lo = (cutlass.max(qa_hi - cutlass.min(rel_extent - 1, window), 0) + tile_n - 1) // tile_n
             q_head0 = kv_head * G
 
             if warp_idx < PRODUCER_THREADS // 32:
@@ -472,7 +519,7 @@ class RelAttnFwdSm90:
                 cute.arch.setmaxregister_increase(self.consumer_regs)
                 self._consume(
                     mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
-                    plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2, tidx - PRODUCER_THREADS, pipes,
+                    plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, tidx - PRODUCER_THREADS, pipes,
                     tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom,
                 )  # fmt: skip
 
@@ -496,6 +543,9 @@ class RelAttnFwdSm90:
         if const_expr(self.tma_kv):
             pages_k = self._page_copies(tma_k, sK, kv_head)
             pages_v = self._page_copies(tma_v, sV, kv_head)
+        if const_expr(self.bias_prefetch):
+            if num_band > 0:
+                self._prefetch_bias(mRel, q_start, q_len, q_head0, offset, m_block, rel_extent, tidx)
         if n_tiles > 0:
             if const_expr(self.page_reuse and not self.tma_kv):
                 # one block-table lookup a key tile, serving its K copy and, an iteration later,
@@ -631,6 +681,20 @@ class RelAttnFwdSm90:
         pipe.producer_commit(state)
 
     @cute.jit
+    def _prefetch_bias(self, mRel, q_start, q_len, q_head0, offset, m_block, rel_extent, tidx):
+        """``bias_prefetch``: each producer thread's packed row of the M tile asks L2 for the
+        distances ``[0, min(E, q_abs + 1))`` of its rel_logits row (whole 16-byte chunks), the
+        slice its band tiles stage; rows past ``q_len`` or with no visible distance ask nothing."""
+        for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
+            row = m_block * self.tile_m + tidx + rr * PRODUCER_THREADS
+            tok = row // self.group
+            if tok < q_len:
+                reach = cutlass.min(rel_extent, offset + tok + 1)
+                if reach >= CHUNK:
+                    src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
+                    _prefetch_l2(src_row.iterator.toint(), (reach // CHUNK) * (CHUNK * self.dtype.width // 8))
+
+    @cute.jit
     def _load_bias(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
                    copy_atom, tma_b):  # fmt: skip
         """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
@@ -639,13 +703,13 @@ class RelAttnFwdSm90:
         16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them). With
         ``bias_tma``: :meth:`_load_bias_tma`."""
         if const_expr(self.bias_tma):
-            self._load_bias_tma(sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, tma_b)
+            self._load_bias_tma(sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tma_b)
         else:
             self._load_bias_rows(mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
                                  copy_atom)  # fmt: skip
 
     @cute.jit
-    def _load_bias_tma(self, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, tma_b):
+    def _load_bias_tma(self, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tma_b):
         """The bias of band tile ``it`` (key tile ``n0``) into stage ``it % 2`` by TMA, issued by
         producer warp 0: per token ``t`` of the M tile, one (tile_n, G) box of rel_logits, the
         distances ``[d_start, d_start + tile_n)`` with ``d_start = q_abs(t) - n0 - tile_n + 1`` (the
@@ -677,6 +741,8 @@ class RelAttnFwdSm90:
             for t in cutlass.range(num_tok, unroll=1):
                 tok = tok_lo + t
                 d_start = offset + tok - n0 - tile_n + 1
+                if const_expr(self.debug_bias_clamp):
+                    d_start = cutlass.max(cutlass.min(d_start, rel_extent - tile_n), 0)
                 gB = cute.domain_offset((d_start, q_head0, q_start + tok), tRel)
                 gBox = cute.local_tile(gB[None, None, 0], (tile_n, G), (0, 0))
                 sBox, gBox_tma = cpasync.tma_partition(
@@ -711,7 +777,7 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
-                 plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2, tidx, pipes, tiled_mma_qk, tiled_mma_pv,
+                 plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, tidx, pipes, tiled_mma_qk, tiled_mma_pv,
                  copy_q, copy_atom):  # fmt: skip
         """Per key tile ``i`` (FA3's intra-warpgroup overlap): issue ``S_i = Q K_i^T``, issue
         ``O += P_{i-1} V_{i-1}``, wait for S_i, mask / bias / online softmax of S_i while the PV GEMM
@@ -783,7 +849,7 @@ class RelAttnFwdSm90:
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
             self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
-                         plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
+                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
@@ -802,7 +868,7 @@ class RelAttnFwdSm90:
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
                 self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
@@ -877,7 +943,7 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, plain_lo,
-                plain_hi, rel_extent, window, kv_len, scale_log2):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2):  # fmt: skip
         """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place: plain tiles scale
         only; band tiles mask and add the staged bias (waiting for it when the tile stages any)."""
         tile_n = self.tile_n
@@ -892,6 +958,16 @@ class RelAttnFwdSm90:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
         elif is_plain:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
+        elif const_expr(self.band_split):
+            # natural units: S * softmax_scale + bias; the softmax's exp2 multiply-add applies log2(e)
+            scale = scale_log2 * (1.0 / LOG2_E)
+            if n >= bias_lo and n < bias_hi:
+                self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
+                                  kv_len, scale, False)  # fmt: skip
+            else:
+                self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
+                                  kv_len, scale, True)  # fmt: skip
+            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             in_band = it < num_band
             b_state = self._bias_state(it)
@@ -920,6 +996,41 @@ class RelAttnFwdSm90:
             if in_band:
                 self._release(pipe_b, b_state)
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
+
+    @cute.jit
+    def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
+                     scale, masked: cutlass.Constexpr):  # fmt: skip
+        """``band_split``: the scores of band tile ``n`` (iteration ``it``) in natural units, in
+        place: ``S * scale + bias``, with, when ``masked``, the bias selected away at ``d >= E``
+        and the invisible elements set to -inf. Unmasked tiles (every element visible, every
+        ``0 <= d < E``) are in the band by construction and always wait for their bias."""
+        tile_n = self.tile_n
+        in_band = it < num_band
+        if const_expr(not masked):
+            in_band = True
+        b_state = self._bias_state(it)
+        if in_band:
+            pipe_b.consumer_wait(b_state)
+        n0 = n * tile_n
+        sB_tile = sB[None, None, it % BIAS_TMA_STAGES] if const_expr(self.bias_tma) else sB
+        for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
+            qa = row_qabs[i]
+            r = tScS_mn[i, 0][0]
+            base = tile_n - 1
+            if const_expr(not self.bias_tma):
+                base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
+            for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
+                c = tScS_mn[0, j][1]
+                bias = sB_tile[r, base - c].to(Float32)
+                if const_expr(masked):
+                    d = qa - n0 - c
+                    s = acc_S_mn[i, j] * scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
+                    visible = d >= 0 and d <= window and n0 + c < kv_len
+                    acc_S_mn[i, j] = s if visible else -Float32.inf
+                else:
+                    acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
+        if in_band:
+            self._release(pipe_b, b_state)
 
     def _bias_state(self, it):
         """The consumers' pipeline position of the bias of band tile ``it``."""
@@ -956,10 +1067,14 @@ class RelAttnFwdSm90:
         """Online softmax over one tile of scores ``s_mn`` (rows, cols), in place (scores become
         probabilities); ``scale`` turns a score into log2 units (1 when it already is). The factor
         the running O must be multiplied by goes to ``row_scale``."""
+        cols = cute.size(s_mn, mode=[1])
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            tile_max = s_mn[i, 0]
-            for j in cutlass.range_constexpr(1, cute.size(s_mn, mode=[1])):
-                tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
+            if const_expr(self.tree_reduce):
+                tile_max = _tree([s_mn[i, j] for j in range(cols)], cute.arch.fmax)
+            else:
+                tile_max = s_mn[i, 0]
+                for j in cutlass.range_constexpr(1, cols):
+                    tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
             tile_max = cute.arch.warp_reduction_max(tile_max, threads_in_group=4)
             new_max = cute.arch.fmax(row_max[i], tile_max * scale)
             # a row with nothing visible yet keeps offset 0 (exp2(-inf) = 0, no NaN)
@@ -969,10 +1084,13 @@ class RelAttnFwdSm90:
             correction = cute.math.exp2(row_max[i] - safe_max, fastmath=True)
             row_max[i] = new_max
             partial = Float32(0.0)
-            for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+            for j in cutlass.range_constexpr(cols):
                 p = cute.math.exp2(s_mn[i, j] * scale - safe_max, fastmath=True)
                 s_mn[i, j] = p
-                partial += p
+                if const_expr(not self.tree_reduce):
+                    partial += p
+            if const_expr(self.tree_reduce):
+                partial = _tree([s_mn[i, j] for j in range(cols)], lambda a, b: a + b)
             row_sum[i] = row_sum[i] * correction + partial
             row_scale[i] = correction
 
