@@ -49,8 +49,6 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as hopper
 from cutlass import Float32, Int32, Int64, const_expr
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
@@ -77,7 +75,7 @@ SMEM_LIMIT = 227 * 1024
 #: defaults of :class:`RelAttnFwdSm90` (which are the schedule measured at 46a147e). What each
 #: option does is in that class's docstring; the measurements behind the choice are in
 #: meta/TUNING.md, "CuTe backend".
-SCHEDULE = dict(fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, producer_regs=32, consumer_regs=232)
+SCHEDULE = dict(band_split=True, fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, producer_regs=32, consumer_regs=232)
 
 
 @dataclass(frozen=True)
@@ -149,29 +147,6 @@ def _acc_as_operand_a(acc_layout: cute.Layout) -> cute.Layout:
     return cute.make_layout(shape, stride=stride)
 
 
-@dsl_user_op
-def _prefetch_l2(address: Int64, size: Int32, *, loc=None, ip=None) -> None:
-    """``cp.async.bulk.prefetch.L2.global [address], size``: bring ``size`` bytes (a multiple of
-    16, ``address`` 16-byte aligned) into L2, asynchronously, writing nothing."""
-    llvm.inline_asm(
-        None,
-        [Int64(address).ir_value(loc=loc, ip=ip), Int32(size).ir_value(loc=loc, ip=ip)],
-        "cp.async.bulk.prefetch.L2.global [$0], $1;",
-        "l,r",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-    )
-
-
-def _tree(values: list, op):
-    """``op`` over ``values`` as a balanced tree (depth log2 n, not a chain of n - 1)."""
-    while len(values) > 1:
-        pairs = [op(values[k], values[k + 1]) for k in range(0, len(values) - 1, 2)]
-        values = pairs + values[len(pairs) * 2 :]
-    return values[0]
-
-
 @cute.jit
 def _shuffle_i64(value, lane, width: cutlass.Constexpr):
     """``value`` (64-bit) of lane ``lane`` of this thread's ``width``-lane segment of the warp."""
@@ -225,19 +200,15 @@ class RelAttnFwdSm90:
       reads column ``tile_n - 1 - c`` of its row, whatever the row. Needs ``q_per_kv`` to divide
       ``tile_m`` (ValueError otherwise). The stage is not swizzled: the 8 rows one warp reads per
       load share their banks (256-byte rows).
-    - ``tree_reduce``: a row's maximum and sum over a tile as balanced trees of ``fmax`` / add
-      (depth 5 for 32 values) instead of one dependent chain of 31.
     - ``band_split``: band tiles whose every element is visible with ``0 <= d < E`` (below the
       diagonal, inside the window, the whole tile in the band) take a body without masks: one
       shared-memory load and one multiply-add a score, ``S * softmax_scale + bias``, in natural
       units (the softmax's exp2 multiply-add applies log2(e)). The other band tiles mask as before,
       in the same units.
-    - ``bias_prefetch``: at the start of a CTA each producer thread asks L2 for its packed row's
-      band slice of ``rel_logits`` (distances ``[0, min(E, q_abs + 1))``, one bulk prefetch), so
-      the band tiles' staging copies read L2 instead of waiting on HBM.
-    - ``debug_bias_clamp`` (probe only, wrong numerics): with ``bias_tma``, each box's start is
-      clamped into ``[0, E - tile_n]``, to tell whether negative or out-of-range box starts are
-      what the H200 rejects.
+    - ``late_rescale``: the running O is multiplied by the previous tile's correction after this
+      tile's QK GEMM is issued, before the PV GEMM that accumulates into it (FA3's place: the
+      multiplies run under the QK GEMM), instead of at the end of the previous iteration, between
+      its PV wait and the next turn to issue.
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
@@ -246,8 +217,7 @@ class RelAttnFwdSm90:
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
-                 bias_tma: bool = False, tree_reduce: bool = False, band_split: bool = False,
-                 bias_prefetch: bool = False, debug_bias_clamp: bool = False):  # fmt: skip
+                 bias_tma: bool = False, band_split: bool = False, late_rescale: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -277,10 +247,8 @@ class RelAttnFwdSm90:
         self.page_reuse = page_reuse
         self.tma_kv = tma_kv
         self.bias_tma = bias_tma
-        self.tree_reduce = tree_reduce
         self.band_split = band_split
-        self.bias_prefetch = bias_prefetch
-        self.debug_bias_clamp = debug_bias_clamp
+        self.late_rescale = late_rescale
         self.bias_stages = BIAS_TMA_STAGES if bias_tma else 1
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
@@ -543,9 +511,6 @@ class RelAttnFwdSm90:
         if const_expr(self.tma_kv):
             pages_k = self._page_copies(tma_k, sK, kv_head)
             pages_v = self._page_copies(tma_v, sV, kv_head)
-        if const_expr(self.bias_prefetch):
-            if num_band > 0:
-                self._prefetch_bias(mRel, q_start, q_len, q_head0, offset, m_block, rel_extent, tidx)
         if n_tiles > 0:
             if const_expr(self.page_reuse and not self.tma_kv):
                 # one block-table lookup a key tile, serving its K copy and, an iteration later,
@@ -681,20 +646,6 @@ class RelAttnFwdSm90:
         pipe.producer_commit(state)
 
     @cute.jit
-    def _prefetch_bias(self, mRel, q_start, q_len, q_head0, offset, m_block, rel_extent, tidx):
-        """``bias_prefetch``: each producer thread's packed row of the M tile asks L2 for the
-        distances ``[0, min(E, q_abs + 1))`` of its rel_logits row (whole 16-byte chunks), the
-        slice its band tiles stage; rows past ``q_len`` or with no visible distance ask nothing."""
-        for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
-            row = m_block * self.tile_m + tidx + rr * PRODUCER_THREADS
-            tok = row // self.group
-            if tok < q_len:
-                reach = cutlass.min(rel_extent, offset + tok + 1)
-                if reach >= CHUNK:
-                    src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
-                    _prefetch_l2(src_row.iterator.toint(), (reach // CHUNK) * (CHUNK * self.dtype.width // 8))
-
-    @cute.jit
     def _load_bias(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
                    copy_atom, tma_b):  # fmt: skip
         """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
@@ -703,13 +654,13 @@ class RelAttnFwdSm90:
         16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them). With
         ``bias_tma``: :meth:`_load_bias_tma`."""
         if const_expr(self.bias_tma):
-            self._load_bias_tma(sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tma_b)
+            self._load_bias_tma(sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, tma_b)
         else:
             self._load_bias_rows(mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
                                  copy_atom)  # fmt: skip
 
     @cute.jit
-    def _load_bias_tma(self, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tma_b):
+    def _load_bias_tma(self, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, tma_b):
         """The bias of band tile ``it`` (key tile ``n0``) into stage ``it % 2`` by TMA, issued by
         producer warp 0: per token ``t`` of the M tile, one (tile_n, G) box of rel_logits, the
         distances ``[d_start, d_start + tile_n)`` with ``d_start = q_abs(t) - n0 - tile_n + 1`` (the
@@ -741,8 +692,6 @@ class RelAttnFwdSm90:
             for t in cutlass.range(num_tok, unroll=1):
                 tok = tok_lo + t
                 d_start = offset + tok - n0 - tile_n + 1
-                if const_expr(self.debug_bias_clamp):
-                    d_start = cutlass.max(cutlass.min(d_start, rel_extent - tile_n), 0)
                 gB = cute.domain_offset((d_start, q_head0, q_start + tok), tRel)
                 gBox = cute.local_tile(gB[None, None, 0], (tile_n, G), (0, 0))
                 sBox, gBox_tma = cpasync.tma_partition(
@@ -862,6 +811,8 @@ class RelAttnFwdSm90:
                 acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
                 self._sched_wait(wg_idx)
                 self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
+                if const_expr(self.late_rescale):
+                    self._rescale_o(acc_O, row_scale)
                 self._wait_tile(pipe_v, v_state)
                 self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
                 self._sched_signal(wg_idx, True)
@@ -871,10 +822,8 @@ class RelAttnFwdSm90:
                              plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
-                acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
-                for i in cutlass.range_constexpr(num_rows):
-                    for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
-                        acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
+                if const_expr(not self.late_rescale):
+                    self._rescale_o(acc_O, row_scale)
                 self._to_operand(acc_T, rP)
 
             # last PV
@@ -882,6 +831,8 @@ class RelAttnFwdSm90:
             v_last = _state(STAGES, last, last % STAGES, (last // STAGES) % 2)
             self._wait_tile(pipe_v, v_last)
             self._sched_wait(wg_idx)
+            if const_expr(self.late_rescale):
+                self._rescale_o(acc_O, row_scale)
             self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
             self._sched_signal(wg_idx, False)
             warpgroup.wait_group(0)
@@ -904,6 +855,14 @@ class RelAttnFwdSm90:
                 out_row = mO[q_start + tok, q_head0 + row % G, None]
                 for j in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
                     out_row[tOcO_mn[0, j][1]] = (acc_O_mn[i, j] * inv).to(self.dtype)
+
+    @cute.jit
+    def _rescale_o(self, acc_O, row_scale):
+        """The running O times each row's softmax correction (``row_scale``), in place."""
+        acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
+        for i in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[0])):
+            for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
+                acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
 
     @cute.jit
     def _release(self, pipe, state):
@@ -1069,12 +1028,9 @@ class RelAttnFwdSm90:
         the running O must be multiplied by goes to ``row_scale``."""
         cols = cute.size(s_mn, mode=[1])
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            if const_expr(self.tree_reduce):
-                tile_max = _tree([s_mn[i, j] for j in range(cols)], cute.arch.fmax)
-            else:
-                tile_max = s_mn[i, 0]
-                for j in cutlass.range_constexpr(1, cols):
-                    tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
+            tile_max = s_mn[i, 0]
+            for j in cutlass.range_constexpr(1, cols):
+                tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
             tile_max = cute.arch.warp_reduction_max(tile_max, threads_in_group=4)
             new_max = cute.arch.fmax(row_max[i], tile_max * scale)
             # a row with nothing visible yet keeps offset 0 (exp2(-inf) = 0, no NaN)
@@ -1087,10 +1043,7 @@ class RelAttnFwdSm90:
             for j in cutlass.range_constexpr(cols):
                 p = cute.math.exp2(s_mn[i, j] * scale - safe_max, fastmath=True)
                 s_mn[i, j] = p
-                if const_expr(not self.tree_reduce):
-                    partial += p
-            if const_expr(self.tree_reduce):
-                partial = _tree([s_mn[i, j] for j in range(cols)], lambda a, b: a + b)
+                partial += p
             row_sum[i] = row_sum[i] * correction + partial
             row_scale[i] = correction
 

@@ -41,20 +41,19 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("tree", "split", "prefetch", "tsp", "allplain"),
-    "prefill8k_global_page16": ("tsp",),
-    "prefill8k_sliding_page128": ("tsp",),
-    "chunk2k_on16k_x4_page16": ("tsp",),
-    "serving_chunk2k_decodes63_global_page16": ("tsp",),
-    "serving_chunk2k_decodes63_sliding_page16": ("tsp",),
-    "prefill32k_global_page128": ("tsp",),
+    "prefill8k_global_page128": ("late", "no_split", "allplain"),
+    "prefill8k_global_page16": ("late",),
+    "prefill8k_sliding_page128": ("late", "no_split"),
+    "chunk2k_on16k_x4_page16": ("late",),
+    "serving_chunk2k_decodes63_global_page16": ("late",),
+    "prefill32k_global_page128": ("late",),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
 VARIANTS = {
     "default": {},
     # the schedule measured at 46a147e (RelAttnFwdSm90's keyword defaults)
-    "old": dict(fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
+    "old": dict(band_split=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
                 consumer_regs=240),
     "no_fresh": dict(fresh_scores=False),
     "no_pagereuse": dict(page_reuse=False, producer_regs=24, consumer_regs=240),
@@ -69,16 +68,11 @@ VARIANTS = {
     # the band tiles' bias by TMA, one box a token, two stages (any page size); at 9c72039 its
     # first call on the H200 raised "illegal instruction" (and poisoned the process's context)
     "bias_tma": dict(bias_tma=True),
-    # bias_tma with each box start clamped into [0, E - tile_n]: wrong numerics, for memcheck only
-    # (does the H200 reject negative or out-of-range box starts?)
-    "bias_tma_clamp": dict(bias_tma=True, debug_bias_clamp=True, tma_kv=False),
-    "tree": dict(tree_reduce=True),
-    "split": dict(band_split=True),
-    "prefetch": dict(bias_prefetch=True),
-    "tsp": dict(tree_reduce=True, band_split=True, bias_prefetch=True),
+    "no_split": dict(band_split=False),
+    "late": dict(late_rescale=True),
 }  # fmt: skip
 #: variants whose output is not the op's (not checked against the reference)
-UNCHECKED = {"allplain", "bias_tma_clamp"}
+UNCHECKED = {"allplain"}
 _COMPILED: dict = {}
 
 
