@@ -30,6 +30,6 @@ if [ "$won" = 1 ]; then
   grep -E "^  " $OUT/peers.log | cut -c1-110 | tail -40
 fi
 step host_overhead
-timeout 60 python3 meta/tools/host_overhead.py --device cuda --backend cute > $OUT/host_overhead_cute.log 2>&1; tail -16 $OUT/host_overhead_cute.log
-timeout 60 python3 meta/tools/host_overhead.py --device cuda > $OUT/host_overhead_default.log 2>&1; tail -16 $OUT/host_overhead_default.log
+timeout 60 python3 meta/tools/host_overhead.py --device cuda --backend cute --record $OUT/host.jsonl > $OUT/host_overhead_cute.log 2>&1; tail -16 $OUT/host_overhead_cute.log
+timeout 60 python3 meta/tools/host_overhead.py --device cuda --record $OUT/host.jsonl > $OUT/host_overhead_default.log 2>&1; tail -16 $OUT/host_overhead_default.log
 step done
