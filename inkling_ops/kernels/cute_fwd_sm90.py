@@ -75,7 +75,7 @@ SMEM_LIMIT = 227 * 1024
 #: defaults of :class:`RelAttnFwdSm90` (which are the schedule measured at 46a147e). What each
 #: option does is in that class's docstring; the measurements behind the choice are in
 #: meta/TUNING.md, "CuTe backend".
-SCHEDULE = dict(band_split=True, fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, producer_regs=32, consumer_regs=232)
+SCHEDULE = dict(band_split=True, late_rescale=True, fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, producer_regs=32, consumer_regs=232)
 
 
 @dataclass(frozen=True)
