@@ -2,7 +2,7 @@
 
 Chosen by default only on the case classes of :data:`DEFAULT_CASES` (:func:`prefers_cute`, a
 pure rule written from the H200 measurements in meta/TUNING.md, "CuTe backend": global-attention
-prefill at pages 16 and 128); elsewhere it runs only when asked for by name, ``backend="cute"``.
+prefill at pages 16 and 128, sliding-window prefill at page 128); elsewhere it runs only when asked for by name, ``backend="cute"``.
 It never splits the KV range.
 
 Compiled kernels are keyed by the call's :class:`~inkling_ops.compile_keys.CompileKey`; keys
@@ -48,11 +48,14 @@ DECODE_MAX_SEQLEN_Q = 16
 #: The case classes ``(phase, page_size, attention)`` on which the dispatcher prefers this backend
 #: to Triton on Hopper: phase "prefill" or "decode" (:data:`DECODE_MAX_SEQLEN_Q`), a page size
 #: (None: any), attention "global" or "sliding". A class goes in when the H200 measurements say
-#: it is faster than Triton there (meta/TUNING.md, "CuTe backend"). At 46a147e, one H200 run:
-#: 8K global prefill 1.19x Triton at page 128 and 1.13x at page 16, 4 x 2K chunks on 16K 1.16x at
-#: page 16; 8K sliding 1.01x (page 128) and 0.98x (page 16): not in; decode not measured (the
-#: kernel never splits; at 58f8ec6 64 x 8K decode was 1.9x slower): not in.
-DEFAULT_CASES: frozenset[tuple[str, int | None, str]] = frozenset({("prefill", 16, "global"), ("prefill", 128, "global")})
+#: it is faster than Triton on every case of it measured (meta/TUNING.md, "CuTe backend", "The
+#: default-choice rule", has the table): global prefill at pages 16 and 128 since 46a147e;
+#: sliding prefill at page 128 since 109c5e9. Sliding prefill at page 16 stays on Triton (its
+#: serving-shaped batch measured 0.98x), so do page 64 (not measured) and decode (the kernel never
+#: splits the KV range).
+DEFAULT_CASES: frozenset[tuple[str, int | None, str]] = frozenset(
+    {("prefill", 16, "global"), ("prefill", 128, "global"), ("prefill", 128, "sliding")}
+)
 
 
 def case_class(problem: RelAttnProblem) -> tuple[str, int, str]:
