@@ -192,7 +192,8 @@ class RelAttnFwdSm90:
       elected thread sets the tile's transaction bytes and arrives for all 128
       (:meth:`_load_page` says why that is safe). Each tile is looked up when loaded
       (``page_reuse`` does not apply). The descriptors are built in ``__call__`` from K and V.
-    - ``bias_tma`` (broken: its first call on the H200 raised an illegal instruction): a band tile's bias is loaded by TMA, one box a token
+    - ``bias_tma`` (broken: its first call on the H200 raises an illegal instruction, also with
+      every box start clamped into ``[0, E - tile_n]``; meta/TUNING.md): a band tile's bias is loaded by TMA, one box a token
       of the M tile: its G query heads by exactly ``tile_n`` distances from the unaligned
       ``d_start = q_abs - n0 - tile_n + 1`` (out-of-range distances zero-filled), from
       ``rel_logits`` seen as (E, Hq, T), issued by producer warp 0 (:meth:`_load_bias_tma`).
@@ -209,6 +210,9 @@ class RelAttnFwdSm90:
       tile's QK GEMM is issued, before the PV GEMM that accumulates into it (FA3's place: the
       multiplies run under the QK GEMM), instead of at the end of the previous iteration, between
       its PV wait and the next turn to issue.
+    - ``debug_bias_box64`` (probe only): with ``bias_tma``, each token's box is loaded as two boxes
+      of 64 distances (128-byte rows) instead of one of 128, to tell whether the 256-byte
+      unswizzled box is what the H200 rejects.
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
@@ -217,7 +221,8 @@ class RelAttnFwdSm90:
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
-                 bias_tma: bool = False, band_split: bool = False, late_rescale: bool = False):  # fmt: skip
+                 bias_tma: bool = False, band_split: bool = False, late_rescale: bool = False,
+                 debug_bias_box64: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -249,6 +254,7 @@ class RelAttnFwdSm90:
         self.bias_tma = bias_tma
         self.band_split = band_split
         self.late_rescale = late_rescale
+        self.debug_bias_box64 = debug_bias_box64
         self.bias_stages = BIAS_TMA_STAGES if bias_tma else 1
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
@@ -286,8 +292,9 @@ class RelAttnFwdSm90:
         indexed (distance, head, token). Coordinates outside the tensor (a distance below 0 or at
         or past E) are zero-filled by the hardware."""
         rel = cute.make_tensor(mRel.iterator, cute.select(mRel.layout, mode=[2, 1, 0]))
-        box = cute.make_layout((self.tile_n, self.group), stride=(1, self.tile_n))
-        return cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), rel, box, (self.tile_n, self.group))
+        width = self.tile_n // 2 if self.debug_bias_box64 else self.tile_n
+        box = cute.make_layout((width, self.group), stride=(1, self.tile_n))
+        return cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), rel, box, (width, self.group))
 
     @cute.jit
     def __call__(
@@ -679,26 +686,29 @@ class RelAttnFwdSm90:
             atom, tRel = tma_b
             tok_lo = m_block * (tile_m // G)
             num_tok = cutlass.min(tile_m // G, q_len - tok_lo)
-            # the stage seen as (distance, head, token, stage): one token's box is [None, None, t, s]
-            sB_boxes = cute.make_tensor(
-                sB.iterator,
-                cute.make_layout((tile_n, G, tile_m // G, BIAS_TMA_STAGES),
-                                 stride=(1, tile_n, G * tile_n, tile_m * tile_n)),
-            )  # fmt: skip
             pipe.producer_acquire(state)
             full = pipe.producer_get_barrier(state)
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive_and_expect_tx(full, num_tok * (tile_n * G * self.dtype.width // 8))
+            # debug_bias_box64: each token's box as two of 64 distances (128-byte rows)
+            halves = 2 if const_expr(self.debug_bias_box64) else 1
+            width = tile_n // halves
+            sB_halves = cute.make_tensor(
+                sB.iterator,
+                cute.make_layout((width, halves, G, tile_m // G, BIAS_TMA_STAGES),
+                                 stride=(1, width, tile_n, G * tile_n, tile_m * tile_n)),
+            )  # fmt: skip
             for t in cutlass.range(num_tok, unroll=1):
                 tok = tok_lo + t
                 d_start = offset + tok - n0 - tile_n + 1
-                gB = cute.domain_offset((d_start, q_head0, q_start + tok), tRel)
-                gBox = cute.local_tile(gB[None, None, 0], (tile_n, G), (0, 0))
-                sBox, gBox_tma = cpasync.tma_partition(
-                    atom, 0, cute.make_layout(1), cute.group_modes(sB_boxes[None, None, t, stage], 0, 2),
-                    cute.group_modes(gBox, 0, 2),
-                )  # fmt: skip
-                cute.copy(atom, gBox_tma, sBox, tma_bar_ptr=full)
+                for h in cutlass.range_constexpr(halves):
+                    gB = cute.domain_offset((d_start + h * width, q_head0, q_start + tok), tRel)
+                    gBox = cute.local_tile(gB[None, None, 0], (width, G), (0, 0))
+                    sBox, gBox_tma = cpasync.tma_partition(
+                        atom, 0, cute.make_layout(1), cute.group_modes(sB_halves[None, h, None, t, stage], 0, 2),
+                        cute.group_modes(gBox, 0, 2),
+                    )  # fmt: skip
+                    cute.copy(atom, gBox_tma, sBox, tma_bar_ptr=full)
 
     @cute.jit
     def _load_bias_rows(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,

@@ -45,10 +45,10 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("late", "no_split", "allplain"),
-    "prefill8k_global_page16": ("late",),
-    "prefill8k_sliding_page128": ("late", "no_split"),
-    "chunk2k_on16k_x4_page16": ("late",),
+    "prefill8k_global_page128": ("late", "no_split", "allplain", "bias_tma_box64_kv"),
+    "prefill8k_global_page16": ("late", "bias_tma_box64_kv"),
+    "prefill8k_sliding_page128": ("late", "no_split", "bias_tma_box64_kv"),
+    "chunk2k_on16k_x4_page16": ("late", "bias_tma_box64_kv"),
     "serving_chunk2k_decodes63_global_page16": ("late",),
     "prefill32k_global_page128": ("late",),
 }  # fmt: skip
@@ -72,6 +72,9 @@ VARIANTS = {
     # the band tiles' bias by TMA, one box a token, two stages (any page size); at 9c72039 its
     # first call on the H200 raised "illegal instruction" (and poisoned the process's context)
     "bias_tma": dict(bias_tma=True),
+    # bias_tma with two 64-distance boxes a token (128-byte rows): does the 256-byte box fault?
+    "bias_tma_box64": dict(bias_tma=True, debug_bias_box64=True, tma_kv=False),
+    "bias_tma_box64_kv": dict(bias_tma=True, debug_bias_box64=True),
     "no_split": dict(band_split=False),
     "late": dict(late_rescale=True),
 }  # fmt: skip
