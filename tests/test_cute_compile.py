@@ -117,6 +117,29 @@ def test_cute_compile_release_per_warp(tmp_path):
     assert arrives and all("elect.sync" in ptx[max(0, a - 400) : a] for a in arrives)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "option, stores",
+    [(dict(), r"st\.global\.b32"), (dict(smem_epilogue=True), r"st\.global\.v4\.b32|st\.global\.v2\.b64|st\.global\.b128")],
+    ids=["accumulator-stores", "smem_epilogue"],
+)
+def test_cute_compile_epilogue_stores(option, stores):
+    """The output stores: 4-byte stores straight from the accumulator (the build), or, with the
+    ``smem_epilogue`` option (not in SCHEDULE, not yet measured), 16-byte stores from shared
+    memory and no 4-byte ones."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    compiled = cute_runtime.compile_with(
+        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **option), arch="sm_90a", ptx=True
+    )
+    ptx = compiled.ptx
+    _check_hopper_ptx(ptx)
+    assert re.search(stores, ptx)
+    if option:
+        assert not re.search(r"st\.global\.b32", ptx)
+
+
 def _ptxas_spills(ptx: str, tmp_path) -> list[tuple[str, str]] | None:
     """ptxas's (spill store bytes, spill load bytes) per function of ``ptx``; None without ptxas."""
     if shutil.which("ptxas") is None:

@@ -210,6 +210,10 @@ class RelAttnFwdSm90:
       tile's QK GEMM is issued, before the PV GEMM that accumulates into it (FA3's place: the
       multiplies run under the QK GEMM), instead of at the end of the previous iteration, between
       its PV wait and the next turn to issue.
+    - ``smem_epilogue``: the normalised O goes through shared memory (each consumer warpgroup
+      writes its rows into its own rows of the Q tile, whose last GEMM has completed), then out
+      in 16-byte stores, one per chunk each thread loaded Q into, instead of 2-byte stores
+      straight from the accumulator.
     - ``debug_bias_box64`` (probe only): with ``bias_tma``, each token's box is loaded as two boxes
       of 64 distances (128-byte rows) instead of one of 128, to tell whether the 256-byte
       unswizzled box is what the H200 rejects.
@@ -222,7 +226,7 @@ class RelAttnFwdSm90:
                  debug_all_plain: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  bias_tma: bool = False, band_split: bool = False, late_rescale: bool = False,
-                 debug_bias_box64: bool = False):  # fmt: skip
+                 smem_epilogue: bool = False, debug_bias_box64: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
@@ -255,6 +259,7 @@ class RelAttnFwdSm90:
         self.band_split = band_split
         self.late_rescale = late_rescale
         self.debug_bias_box64 = debug_bias_box64
+        self.smem_epilogue = smem_epilogue
         self.bias_stages = BIAS_TMA_STAGES if bias_tma else 1
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
@@ -859,12 +864,28 @@ class RelAttnFwdSm90:
             inv = Float32(0.0)
             if total > 0.0:
                 inv = 1.0 / total
-            row = m_block * tile_m + tOcO_mn[i, 0][0]
-            tok = row // G
-            if tok < q_len:
-                out_row = mO[q_start + tok, q_head0 + row % G, None]
+            if const_expr(self.smem_epilogue):
+                # into this warpgroup's own rows of sQ (its last QK GEMM has completed)
                 for j in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
-                    out_row[tOcO_mn[0, j][1]] = (acc_O_mn[i, j] * inv).to(self.dtype)
+                    sQ[tOcO_mn[i, 0][0], tOcO_mn[0, j][1]] = (acc_O_mn[i, j] * inv).to(self.dtype)
+            else:
+                row = m_block * tile_m + tOcO_mn[i, 0][0]
+                tok = row // G
+                if tok < q_len:
+                    out_row = mO[q_start + tok, q_head0 + row % G, None]
+                    for j in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
+                        out_row[tOcO_mn[0, j][1]] = (acc_O_mn[i, j] * inv).to(self.dtype)
+        if const_expr(self.smem_epilogue):
+            # both warpgroups' rows written: each thread stores the 16-byte chunks it loaded Q into
+            cute.arch.barrier(barrier_id=BAR_Q, number_of_threads=self.num_mma_threads)
+            for m in cutlass.range_constexpr(cute.size(tQsQ, mode=[1])):
+                row = m_block * tile_m + tQcQ[0, m, 0][0]
+                tok = row // G
+                if tok < q_len:
+                    o_chunk = cute.make_rmem_tensor_like(tQsQ[None, m, 0])
+                    cute.autovec_copy(tQsQ[None, m, 0], o_chunk)
+                    o_dst = self._gmem_chunk(mO, (q_start + tok, q_head0 + row % G, tQcQ[0, m, 0][1]), o_chunk)
+                    cute.autovec_copy(o_chunk, o_dst)
 
     @cute.jit
     def _rescale_o(self, acc_O, row_scale):

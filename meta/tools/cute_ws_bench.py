@@ -45,10 +45,10 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("late", "no_split", "allplain", "bias_tma_box64_kv"),
-    "prefill8k_global_page16": ("late", "bias_tma_box64_kv"),
-    "prefill8k_sliding_page128": ("late", "no_split", "bias_tma_box64_kv"),
-    "chunk2k_on16k_x4_page16": ("late", "bias_tma_box64_kv"),
+    "prefill8k_global_page128": ("late", "no_split", "allplain", "bias_tma_box64_kv", "smem_epi"),
+    "prefill8k_global_page16": ("late", "bias_tma_box64_kv", "smem_epi"),
+    "prefill8k_sliding_page128": ("late", "no_split", "bias_tma_box64_kv", "smem_epi"),
+    "chunk2k_on16k_x4_page16": ("late", "bias_tma_box64_kv", "smem_epi"),
     "serving_chunk2k_decodes63_global_page16": ("late",),
     "prefill32k_global_page128": ("late",),
 }  # fmt: skip
@@ -76,6 +76,7 @@ VARIANTS = {
     "bias_tma_box64": dict(bias_tma=True, debug_bias_box64=True, tma_kv=False),
     "bias_tma_box64_kv": dict(bias_tma=True, debug_bias_box64=True),
     "no_split": dict(band_split=False),
+    "smem_epi": dict(smem_epilogue=True),
     "late": dict(late_rescale=True),
 }  # fmt: skip
 #: variants whose output is not the op's (not checked against the reference)
