@@ -212,7 +212,7 @@ class RelAttnFwdSm90:
       its PV wait and the next turn to issue.
     - ``smem_epilogue``: the normalised O goes through shared memory (each consumer warpgroup
       writes its rows into its own rows of the Q tile, whose last GEMM has completed), then out
-      in 16-byte stores, one per chunk each thread loaded Q into, instead of 2-byte stores
+      in 16-byte stores, one per chunk each thread loaded Q into, instead of 4-byte stores
       straight from the accumulator.
     - ``debug_bias_box64`` (probe only): with ``bias_tma``, each token's box is loaded as two boxes
       of 64 distances (128-byte rows) instead of one of 128, to tell whether the 256-byte
