@@ -953,47 +953,26 @@ class RelAttnFwdSm90:
             scale = scale_log2 * (1.0 / LOG2_E)
             if n >= bias_lo and n < bias_hi:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, False)  # fmt: skip
+                                  kv_len, scale, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, True)  # fmt: skip
+                                  kv_len, scale, True, False)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
-            in_band = it < num_band
-            b_state = self._bias_state(it)
-            if in_band:
-                pipe_b.consumer_wait(b_state)
-            n0 = n * tile_n
-            num_rows = cute.size(tScS_mn, mode=[0])
-            # with bias_tma: this tile's stage, where distance d of a row is column tile_n - 1 - c
-            sB_tile = sB[None, None, it % BIAS_TMA_STAGES] if const_expr(self.bias_tma) else sB
-            # scores in log2 units, masked and biased
-            for i in cutlass.range_constexpr(num_rows):
-                qa = row_qabs[i]
-                r = tScS_mn[i, 0][0]
-                # column of distance d = qa - n0 in this row's staged slice
-                base = tile_n - 1
-                if const_expr(not self.bias_tma):
-                    base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
-                for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
-                    c = tScS_mn[0, j][1]
-                    d = qa - n0 - c
-                    # always in bounds of the staged slice; unstaged distances are selected away
-                    bias = sB_tile[r, base - c].to(Float32) * LOG2_E
-                    s = acc_S_mn[i, j] * scale_log2 + cutlass.select_(d < rel_extent, bias, Float32(0.0))
-                    visible = d >= 0 and d <= window and n0 + c < kv_len
-                    acc_S_mn[i, j] = s if visible else -Float32.inf
-            if in_band:
-                self._release(pipe_b, b_state)
+            # every band tile masked, in log2 units
+            self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
+                              scale_log2, True, True)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
 
     @cute.jit
     def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                     scale, masked: cutlass.Constexpr):  # fmt: skip
-        """``band_split``: the scores of band tile ``n`` (iteration ``it``) in natural units, in
-        place: ``S * scale + bias``, with, when ``masked``, the bias selected away at ``d >= E``
-        and the invisible elements set to -inf. Unmasked tiles (every element visible, every
-        ``0 <= d < E``) are in the band by construction and always wait for their bias."""
+                     scale, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
+        """The scores of band tile ``n`` (iteration ``it``), in place: ``S * scale + bias`` (in
+        natural units; with ``log2_units``, ``scale`` is ``softmax_scale * log2(e)`` and the bias
+        is multiplied by log2(e) too), with, when ``masked``, the bias selected away at ``d >= E``
+        and the invisible elements set to -inf. Unmasked tiles (``band_split``: every element
+        visible, every ``0 <= d < E``) are in the band by construction and always wait for their
+        bias; a masked tile waits when it is one of the first ``num_band``."""
         tile_n = self.tile_n
         in_band = it < num_band
         if const_expr(not masked):
@@ -1012,6 +991,8 @@ class RelAttnFwdSm90:
             for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                 c = tScS_mn[0, j][1]
                 bias = sB_tile[r, base - c].to(Float32)
+                if const_expr(log2_units):
+                    bias = bias * LOG2_E
                 if const_expr(masked):
                     d = qa - n0 - c
                     s = acc_S_mn[i, j] * scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
