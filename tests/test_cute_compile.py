@@ -180,59 +180,6 @@ def test_cute_compile_tma_kv(tmp_path):
     assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
 
 
-@pytest.mark.parametrize("group", [8, 4], ids=["g8-global", "g4-sliding"])
-def test_cute_compile_bias_tma(tmp_path, group):
-    """The ``bias_tma`` option (not in SCHEDULE; checked here without ``tma_kv``, whose own TMA
-    descriptors would add to the counts): a band tile's bias as one 3-D TMA box a token
-    ((tile_n, G) of rel_logits seen as (E, Hq, T)), issued in a loop by producer warp 0 (two call
-    sites: the first band tile, the loop's), each stage's full barrier counting one arrival (the
-    elected ``arrive.expect_tx`` of the issued boxes' bytes: a shift of the token count by
-    log2(tile_n * G * 2) of min(tile_m / G, tokens left)), no cp.async bias copies (only the K/V gather and Q), the consumers'
-    bias loads paired, and ptxas reports no spills. G = 4 is the sliding layer's group."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
-
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
-    compiled = cute_runtime.compile_with(
-        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_tma=True, tma_kv=False), arch="sm_90a", ptx=True
-    )
-    ptx = compiled.ptx
-    tma = re.findall(r"cp\.async\.bulk\.tensor\.3d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes", ptx)
-    assert len(tma) == 2
-    box_bytes = config.tile_n * group * 2
-    # min(tile_m / G, q_len - first token) boxes, times the box bytes (a shift), then the expect_tx
-    tokens = config.tile_m // group
-    expects = re.findall(
-        rf"min\.s32\s+(%r\d+), %r\d+, {tokens};\s+shl\.b32\s+(%r\d+), \1, (\d+);(?:\s+[^\n]*\n){{0,3}}?"
-        r"\s+mbarrier\.arrive\.expect_tx\.shared\.b64 %rd\d+, \[[^]]+\], \2;",
-        ptx,
-    )
-    assert [int(k) for _, _, k in expects] == [box_bytes.bit_length() - 1] * 2
-    # full barriers: K and V 128 producer threads, the two bias stages 1
-    assert re.search(r"mov\.b32\s+%r\d+, 1;\s+mbarrier\.init\.shared\.b64\s+\[[^]]+\], %r\d+;\s+"
-                     r"mbarrier\.init\.shared\.b64\s+\[[^]]+\], %r\d+;", ptx)  # fmt: skip
-    assert ptx.count("prefetch.tensormap") == 1
-    # K/V gather (K in two places, V in one: 16 rows each) and Q: no staged-bias cp.async is left
-    assert len(re.findall(r"cp\.async\.cg\.shared\.global(?:\.L2::\d+B)? \[[^]]+\], \[[^]]+\], 16", ptx)) == 48 + 8
-    assert "ld.shared.v2.b16" in ptx and not re.search(r"ld\.shared\.b16", ptx)
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) >= 16
-    assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
-    spills = _ptxas_spills(ptx, tmp_path)
-    if spills is None:
-        pytest.skip("ptxas not found: the PTX checks ran, the ptxas spill check did not")
-    assert all(a == "0" and b == "0" for a, b in spills), spills
-
-
-def test_cute_bias_tma_refuses_groups_a_box_cannot_hold():
-    """A token's G packed rows must lie in one M tile: q_per_kv must divide tile_m."""
-    from inkling_ops.kernels import cute_fwd_sm90
-
-    for group in (3, 6, 12):
-        with pytest.raises(ValueError, match=f"q_per_kv is {group}"):
-            cute_fwd_sm90.RelAttnFwdSm90(cute_fwd_sm90.CuteFwdConfig("bfloat16", 128, group), bias_tma=True)
-    for group in (1, 2, 4, 8, 16, 64):
-        cute_fwd_sm90.RelAttnFwdSm90(cute_fwd_sm90.CuteFwdConfig("bfloat16", 128, group), bias_tma=True)
-
-
 def test_cute_shared_memory_fits_hopper():
     """Q, two stages of K and of V and the bias buffer fit the 227 KB a Hopper CTA may use."""
     from inkling_ops.kernels import cute_fwd_sm90
@@ -240,10 +187,6 @@ def test_cute_shared_memory_fits_hopper():
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
     barriers = 1024 + 8 * 2 * (2 * cute_fwd_sm90.STAGES + 1)  # barriers first, then 1024-byte alignment
     assert config.smem_bytes() + barriers <= 227 * 1024
-    # bias_tma: two bias stages of exactly tile_n distances (225 KB; the kernel's SharedStorage is
-    # the same 230400 bytes with its barriers and alignment)
-    assert config.smem_bytes(bias_tma=True) == 32768 + 131072 + 65536
-    assert config.smem_bytes(bias_tma=True) + 1024 <= cute_fwd_sm90.SMEM_LIMIT == 227 * 1024
     assert config.num_threads == 384 and config.num_mma_threads == 256
 
 

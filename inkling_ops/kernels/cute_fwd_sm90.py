@@ -65,8 +65,6 @@ BAR_Q = 1
 #: lanes that copy one column chunk of the same rows of a key tile (head_dim / 8 of them)
 ROW_LANES = 16
 BAR_SCHED = 2
-#: bias stages with ``bias_tma`` (each ``tile_m x tile_n``; without it one ``tile_m x bias_width`` buffer)
-BIAS_TMA_STAGES = 2
 #: shared memory a Hopper CTA may use (227 KB)
 SMEM_LIMIT = 227 * 1024
 
@@ -103,16 +101,12 @@ class CuteFwdConfig:
         """Distances staged per row of a band tile: the tile's ``tile_n`` plus 16 bytes of slop."""
         return self.tile_n + CHUNK
 
-    def smem_bytes(self, *, bias_tma: bool = False) -> int:
-        """Q, K/V stages and the bias buffers (barriers not counted): with ``bias_tma``,
-        :data:`BIAS_TMA_STAGES` stages of exactly ``tile_n`` distances a row."""
+    def smem_bytes(self) -> int:
+        """Q, the K/V stages and the bias buffer (barriers not counted)."""
         elem = 2
         q = self.tile_m * self.head_dim * elem
         kv = 2 * STAGES * self.tile_n * self.head_dim * elem
-        if bias_tma:
-            bias = BIAS_TMA_STAGES * self.tile_m * self.tile_n * elem
-        else:
-            bias = self.tile_m * self.bias_width * elem
+        bias = self.tile_m * self.bias_width * elem
         return q + kv + bias
 
 
@@ -192,15 +186,6 @@ class RelAttnFwdSm90:
       elected thread sets the tile's transaction bytes and arrives for all 128
       (:meth:`_load_page` says why that is safe). Each tile is looked up when loaded
       (``page_reuse`` does not apply). The descriptors are built in ``__call__`` from K and V.
-    - ``bias_tma`` (broken: its first call on the H200 raises an illegal instruction, also with
-      every box start clamped into ``[0, E - tile_n]``; meta/TUNING.md): a band tile's bias is loaded by TMA, one box a token
-      of the M tile: its G query heads by exactly ``tile_n`` distances from the unaligned
-      ``d_start = q_abs - n0 - tile_n + 1`` (out-of-range distances zero-filled), from
-      ``rel_logits`` seen as (E, Hq, T), issued by producer warp 0 (:meth:`_load_bias_tma`).
-      With no 8-column slop two bias stages fit (:meth:`CuteFwdConfig.smem_bytes`); a score
-      reads column ``tile_n - 1 - c`` of its row, whatever the row. Needs ``q_per_kv`` to divide
-      ``tile_m`` (ValueError otherwise). The stage is not swizzled: the 8 rows one warp reads per
-      load share their banks (256-byte rows).
     - ``band_split``: band tiles whose every element is visible with ``0 <= d < E`` (below the
       diagonal, inside the window, the whole tile in the band) take a body without masks: one
       shared-memory load and one multiply-add a score, ``S * softmax_scale + bias``, in natural
@@ -214,9 +199,6 @@ class RelAttnFwdSm90:
       writes its rows into its own rows of the Q tile, whose last GEMM has completed), then out
       in 16-byte stores, one per chunk each thread loaded Q into, instead of 4-byte stores
       straight from the accumulator.
-    - ``debug_bias_box64`` (probe only): with ``bias_tma``, each token's box is loaded as two boxes
-      of 64 distances (128-byte rows) instead of one of 128, to tell whether the 256-byte
-      unswizzled box is what the H200 rejects.
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
@@ -225,22 +207,13 @@ class RelAttnFwdSm90:
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
-                 bias_tma: bool = False, band_split: bool = False, late_rescale: bool = False,
-                 smem_epilogue: bool = False, debug_bias_box64: bool = False):  # fmt: skip
+                 band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n not in (64, 128):
             raise ValueError(f"tile {config.tile_m}x{config.tile_n} is not supported")
         if 128 * producer_regs + config.num_mma_threads * consumer_regs > 65536:
             raise ValueError(f"register split {producer_regs}/{consumer_regs} does not fit the register file")
-        if bias_tma and config.tile_m % config.q_per_kv != 0:
-            # one (tile_n, G) box a token: the G packed rows of a token must not straddle M tiles
-            raise ValueError(
-                f"bias_tma: q_per_kv is {config.q_per_kv}; expected a divisor of tile_m {config.tile_m} "
-                "(a power of two), so each token's query heads are one box in one M tile"
-            )
-        if bias_tma and config.smem_bytes(bias_tma=True) + 1024 > SMEM_LIMIT:
-            raise ValueError(f"bias_tma: {config.smem_bytes(bias_tma=True)} bytes of shared memory do not fit")
         self.config = config
         self.dtype = _cutlass_dtype(config.dtype)
         self.tile_m, self.tile_n, self.head_dim = config.tile_m, config.tile_n, config.head_dim
@@ -255,12 +228,9 @@ class RelAttnFwdSm90:
         self.fresh_scores = fresh_scores
         self.page_reuse = page_reuse
         self.tma_kv = tma_kv
-        self.bias_tma = bias_tma
         self.band_split = band_split
         self.late_rescale = late_rescale
-        self.debug_bias_box64 = debug_bias_box64
         self.smem_epilogue = smem_epilogue
-        self.bias_stages = BIAS_TMA_STAGES if bias_tma else 1
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -290,17 +260,6 @@ class RelAttnFwdSm90:
             cpasync.CopyBulkTensorTileG2SOp(), pages, cute.select(sKV_layout, mode=[0, 1]), (self.tile_n, self.head_dim)
         )
 
-    def _tma_bias(self, mRel: cute.Tensor):
-        """The TMA load of one token's bias box: ``rel_logits`` (T, Hq, E) seen as (E, Hq, T) (any
-        strides with unit stride over E), a box of ``tile_n`` distances by the G query heads of one
-        KV head, into G consecutive rows of a bias stage: ``(atom, coordinates)``, the coordinates
-        indexed (distance, head, token). Coordinates outside the tensor (a distance below 0 or at
-        or past E) are zero-filled by the hardware."""
-        rel = cute.make_tensor(mRel.iterator, cute.select(mRel.layout, mode=[2, 1, 0]))
-        width = self.tile_n // 2 if self.debug_bias_box64 else self.tile_n
-        box = cute.make_layout((width, self.group), stride=(1, self.tile_n))
-        return cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), rel, box, (width, self.group))
-
     @cute.jit
     def __call__(
         self,
@@ -328,19 +287,13 @@ class RelAttnFwdSm90:
         )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
         sKV_layout = self._smem_layout(self.tile_n, STAGES)
-        if const_expr(self.bias_tma):
-            # stage s, packed row r, column c = d - d_start(token of r)
-            sB_layout = cute.make_layout(
-                (self.tile_m, self.tile_n, BIAS_TMA_STAGES), stride=(self.tile_n, 1, self.tile_m * self.tile_n)
-            )
-        else:
-            sB_layout = cute.make_layout((self.tile_m, self.bias_width), stride=(self.bias_width, 1))
+        sB_layout = cute.make_layout((self.tile_m, self.bias_width), stride=(self.bias_width, 1))
 
         @cute.struct
         class SharedStorage:
             mbar_k: cute.struct.MemRange[Int64, 2 * STAGES]
             mbar_v: cute.struct.MemRange[Int64, 2 * STAGES]
-            mbar_b: cute.struct.MemRange[Int64, 2 * self.bias_stages]
+            mbar_b: cute.struct.MemRange[Int64, 2]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
@@ -362,16 +315,10 @@ class RelAttnFwdSm90:
         if const_expr(self.tma_kv):
             tma_atom_k, tK_pages = self._tma_pages(mK, sKV_layout)
             tma_atom_v, tV_pages = self._tma_pages(mV, sKV_layout)
-        # with bias_tma: the TMA atom and coordinate tensor of one token's bias box
-        tma_atom_b = tRel = None
-        if const_expr(self.bias_tma):
-            tma_atom_b, tRel = self._tma_bias(mRel)
-            if const_expr(SharedStorage.size_in_bytes() > SMEM_LIMIT):
-                raise ValueError(f"bias_tma: {SharedStorage.size_in_bytes()} bytes of shared memory do not fit")
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
             sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
-            tma_atom_v, tK_pages, tV_pages, tma_atom_b, tRel, SharedStorage,
+            tma_atom_v, tK_pages, tV_pages, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, num_reqs], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -404,8 +351,6 @@ class RelAttnFwdSm90:
         tma_atom_v: cute.CopyAtom | None,
         tK_pages: cute.Tensor | None,
         tV_pages: cute.Tensor | None,
-        tma_atom_b: cute.CopyAtom | None,
-        tRel: cute.Tensor | None,
         SharedStorage: cutlass.Constexpr,
     ):
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
@@ -415,9 +360,6 @@ class RelAttnFwdSm90:
             if warp_idx == 0:
                 cpasync.prefetch_descriptor(tma_atom_k)
                 cpasync.prefetch_descriptor(tma_atom_v)
-        if const_expr(self.bias_tma):
-            if warp_idx == 0:
-                cpasync.prefetch_descriptor(tma_atom_b)
         m_rev, kv_head, req = cute.arch.block_idx()
 
         # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
@@ -437,21 +379,12 @@ class RelAttnFwdSm90:
             producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
             consumer_arrivals = self.num_mma_threads // 32 if self.release_per_warp else self.num_mma_threads
             consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals)
-            # with bias_tma the bias stages' full barriers count one arrival (the elected thread's
-            # arrive.expect_tx): nothing else arrives on them
-            bias_producers = producers
-            if const_expr(self.bias_tma):
-                bias_producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
             pipes = [
                 pipeline.PipelineCpAsync.create(
-                    barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=group,
+                    barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=producers,
                     consumer_group=consumers, defer_sync=True,
                 )  # fmt: skip
-                for bar, stages, group in (
-                    (storage.mbar_k, STAGES, producers),
-                    (storage.mbar_v, STAGES, producers),
-                    (storage.mbar_b, self.bias_stages, bias_producers),
-                )
+                for bar, stages in ((storage.mbar_k, STAGES), (storage.mbar_v, STAGES), (storage.mbar_b, 1))
             ]
             cute.arch.mbarrier_init_fence()
             cute.arch.sync_threads()
@@ -493,7 +426,7 @@ class RelAttnFwdSm90:
                 self._produce(
                     mK, mV, mRel, sK, sV, sB, mBlockTable[req, None], page_div, kv_head, kv_len, q_start, q_len,
                     q_head0, offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom,
-                    (tma_atom_k, tK_pages), (tma_atom_v, tV_pages), (tma_atom_b, tRel),
+                    (tma_atom_k, tK_pages), (tma_atom_v, tV_pages),
                 )  # fmt: skip
             else:
                 cute.arch.setmaxregister_increase(self.consumer_regs)
@@ -510,11 +443,10 @@ class RelAttnFwdSm90:
     @cute.jit
     def _produce(self, mK, mV, mRel, sK, sV, sB, block_row, page_div, kv_head, kv_len, q_start, q_len, q_head0,
                  offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom, tma_k,
-                 tma_v, tma_b):  # fmt: skip
+                 tma_v):  # fmt: skip
         """Issue the loads in the order the consumers use them: K of the next tile before V of the
         current one (QK of tile i + 1 is issued before PV of tile i), the bias of a band tile after.
-        ``tma_k`` / ``tma_v``: (TMA atom, page coordinates) with ``tma_kv``, else (None, None);
-        ``tma_b``: (TMA atom, bias coordinates) with ``bias_tma``, else (None, None)."""
+        ``tma_k`` / ``tma_v``: (TMA atom, page coordinates) with ``tma_kv``, else (None, None)."""
         pipe_k, pipe_v, pipe_b = pipes
         thr_copy = copy_kv.get_slice(tidx)
         tTcT = thr_copy.partition_S(cute.make_identity_tensor((self.tile_n, self.head_dim)))
@@ -531,7 +463,7 @@ class RelAttnFwdSm90:
                 self._copy_rows(mK, sK, 0, pipe_k, kv_head, page_k, slot_k, thr_copy, tTcT, copy_atom)
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, tma_b)  # fmt: skip
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     page_v, slot_v = page_k, slot_k
@@ -541,13 +473,13 @@ class RelAttnFwdSm90:
                     self._copy_rows(mV, sV, it, pipe_v, kv_head, page_v, slot_v, thr_copy, tTcT, copy_atom)
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, tma_b)  # fmt: skip
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
             else:
                 self._load_kv(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
                               thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, tma_b)  # fmt: skip
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     if it + 1 < n_tiles:
@@ -557,7 +489,7 @@ class RelAttnFwdSm90:
                                   tTcT, copy_atom, pages_v)  # fmt: skip
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, tma_b)  # fmt: skip
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -659,66 +591,11 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _load_bias(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
-                   copy_atom, tma_b):  # fmt: skip
+                   copy_atom):  # fmt: skip
         """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
         thread), the distances ``[d0, d0 + bias_width)`` of its rel_logits row,
         ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
-        16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them). With
-        ``bias_tma``: :meth:`_load_bias_tma`."""
-        if const_expr(self.bias_tma):
-            self._load_bias_tma(sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, tma_b)
-        else:
-            self._load_bias_rows(mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
-                                 copy_atom)  # fmt: skip
-
-    @cute.jit
-    def _load_bias_tma(self, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, tma_b):
-        """The bias of band tile ``it`` (key tile ``n0``) into stage ``it % 2`` by TMA, issued by
-        producer warp 0: per token ``t`` of the M tile, one (tile_n, G) box of rel_logits, the
-        distances ``[d_start, d_start + tile_n)`` with ``d_start = q_abs(t) - n0 - tile_n + 1`` (the
-        tile's distances for that token, unaligned) of its G query heads, into the token's G
-        packed rows, column ``d - d_start``. Distances outside ``[0, E)`` land as zeros (TMA's
-        out-of-bounds fill); the softmax selects them away or masks them.
-
-        Tokens past ``q_len`` are not loaded (their rows are never written out, and the softmax and
-        the PV GEMM never mix rows, so stale values there reach no output); the transaction
-        count is that of the boxes issued. The stage's full barrier counts one arrival: the
-        elected lane's ``arrive.expect_tx``, made before the copies."""
-        if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 0:
-            tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
-            stage = it % BIAS_TMA_STAGES
-            state = _state(BIAS_TMA_STAGES, it, stage, ((it // BIAS_TMA_STAGES) % 2) ^ 1)
-            atom, tRel = tma_b
-            tok_lo = m_block * (tile_m // G)
-            num_tok = cutlass.min(tile_m // G, q_len - tok_lo)
-            pipe.producer_acquire(state)
-            full = pipe.producer_get_barrier(state)
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive_and_expect_tx(full, num_tok * (tile_n * G * self.dtype.width // 8))
-            # debug_bias_box64: each token's box as two of 64 distances (128-byte rows)
-            halves = 2 if const_expr(self.debug_bias_box64) else 1
-            width = tile_n // halves
-            sB_halves = cute.make_tensor(
-                sB.iterator,
-                cute.make_layout((width, halves, G, tile_m // G, BIAS_TMA_STAGES),
-                                 stride=(1, width, tile_n, G * tile_n, tile_m * tile_n)),
-            )  # fmt: skip
-            for t in cutlass.range(num_tok, unroll=1):
-                tok = tok_lo + t
-                d_start = offset + tok - n0 - tile_n + 1
-                for h in cutlass.range_constexpr(halves):
-                    gB = cute.domain_offset((d_start + h * width, q_head0, q_start + tok), tRel)
-                    gBox = cute.local_tile(gB[None, None, 0], (width, G), (0, 0))
-                    sBox, gBox_tma = cpasync.tma_partition(
-                        atom, 0, cute.make_layout(1), cute.group_modes(sB_halves[None, h, None, t, stage], 0, 2),
-                        cute.group_modes(gBox, 0, 2),
-                    )  # fmt: skip
-                    cute.copy(atom, gBox_tma, sBox, tma_bar_ptr=full)
-
-    @cute.jit
-    def _load_bias_rows(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
-                        copy_atom):  # fmt: skip
-        """:meth:`_load_bias` without ``bias_tma``: the cp.async copies."""
+        16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
         state = _state(1, it, 0, (it % 2) ^ 1)
         pipe.producer_acquire(state)
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
@@ -981,16 +858,13 @@ class RelAttnFwdSm90:
         if in_band:
             pipe_b.consumer_wait(b_state)
         n0 = n * tile_n
-        sB_tile = sB[None, None, it % BIAS_TMA_STAGES] if const_expr(self.bias_tma) else sB
         for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
             qa = row_qabs[i]
             r = tScS_mn[i, 0][0]
-            base = tile_n - 1
-            if const_expr(not self.bias_tma):
-                base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
+            base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
             for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                 c = tScS_mn[0, j][1]
-                bias = sB_tile[r, base - c].to(Float32)
+                bias = sB[r, base - c].to(Float32)
                 if const_expr(log2_units):
                     bias = bias * LOG2_E
                 if const_expr(masked):
@@ -1005,7 +879,7 @@ class RelAttnFwdSm90:
 
     def _bias_state(self, it):
         """The consumers' pipeline position of the bias of band tile ``it``."""
-        return _state(self.bias_stages, it, it % self.bias_stages, (it // self.bias_stages) % 2)
+        return _state(1, it, 0, it % 2)
 
     @cute.jit
     def _to_operand(self, acc_S, rP):

@@ -12,7 +12,7 @@ export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 echo "== probes"
-for v in ${PROBES:-default tma_kv bias_tma}; do
+for v in ${PROBES:-default}; do
   timeout 60 python3 meta/tools/cute_ws_bench.py --probe $v >> $OUT/probe.log 2>&1 || echo "{\"probe_$v\": \"rc $?\"}" >> $OUT/probe.log
   tail -1 $OUT/probe.log
 done

@@ -45,10 +45,10 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("no_late", "no_split", "allplain", "bias_tma_box64_kv", "smem_epi"),
-    "prefill8k_global_page16": ("no_late", "bias_tma_box64_kv", "smem_epi"),
-    "prefill8k_sliding_page128": ("no_late", "no_split", "bias_tma_box64_kv", "smem_epi"),
-    "chunk2k_on16k_x4_page16": ("no_late", "bias_tma_box64_kv", "smem_epi"),
+    "prefill8k_global_page128": ("no_late", "no_split", "allplain", "smem_epi"),
+    "prefill8k_global_page16": ("no_late", "smem_epi"),
+    "prefill8k_sliding_page128": ("no_late", "no_split", "smem_epi"),
+    "chunk2k_on16k_x4_page16": ("no_late", "smem_epi"),
     "serving_chunk2k_decodes63_global_page16": ("no_late",),
     "prefill32k_global_page128": ("no_late",),
 }  # fmt: skip
@@ -69,12 +69,6 @@ VARIANTS = {
     # sizes the kernel gathers every tile, so --probe tma_kv checks both paths)
     "tma_kv": dict(tma_kv=True),
     "no_tma_kv": dict(tma_kv=False),
-    # the band tiles' bias by TMA, one box a token, two stages (any page size); at 9c72039 its
-    # first call on the H200 raised "illegal instruction" (and poisoned the process's context)
-    "bias_tma": dict(bias_tma=True),
-    # bias_tma with two 64-distance boxes a token (128-byte rows): does the 256-byte box fault?
-    "bias_tma_box64": dict(bias_tma=True, debug_bias_box64=True, tma_kv=False),
-    "bias_tma_box64_kv": dict(bias_tma=True, debug_bias_box64=True),
     "no_split": dict(band_split=False),
     "smem_epi": dict(smem_epilogue=True),
     "no_late": dict(late_rescale=False),
