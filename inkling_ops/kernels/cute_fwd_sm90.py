@@ -73,7 +73,8 @@ SMEM_LIMIT = 227 * 1024
 #: defaults of :class:`RelAttnFwdSm90` (which are the schedule measured at 46a147e). What each
 #: option does is in that class's docstring; the measurements behind the choice are in
 #: meta/TUNING.md, "CuTe backend".
-SCHEDULE = dict(band_split=True, late_rescale=True, fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, producer_regs=32, consumer_regs=232)
+SCHEDULE = dict(band_split=True, late_rescale=True, smem_epilogue=True, fresh_scores=True, page_reuse=True, release_per_warp=True,
+                tma_kv=True, producer_regs=32, consumer_regs=232)
 
 
 @dataclass(frozen=True)
@@ -199,13 +200,16 @@ class RelAttnFwdSm90:
       writes its rows into its own rows of the Q tile, whose last GEMM has completed), then out
       in 16-byte stores, one per chunk each thread loaded Q into, instead of 4-byte stores
       straight from the accumulator.
+    - ``fence_gathered_only``: with ``consumer_fence``, fence only after waiting for a stage the
+      producer gathered with ``cp.async`` (generic proxy); a stage loaded by TMA (``tma_kv``) is
+      written by the async proxy that wgmma reads through, and needs none.
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
-                 debug_all_plain: bool = False,
+                 debug_all_plain: bool = False, fence_gathered_only: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -225,6 +229,7 @@ class RelAttnFwdSm90:
         self.release_per_warp = release_per_warp
         self.consumer_fence = consumer_fence
         self.debug_all_plain = debug_all_plain
+        self.fence_gathered_only = fence_gathered_only
         self.fresh_scores = fresh_scores
         self.page_reuse = page_reuse
         self.tma_kv = tma_kv
@@ -415,6 +420,8 @@ class RelAttnFwdSm90:
             if lowest >= 0:
                 n_band = lowest // tile_n + 1
             num_band = cutlass.max(n_end - cutlass.max(n_band, n_begin), 0)
+            if const_expr(self.debug_all_plain):
+                num_band = Int32(0)  # no bias staged or waited for
             # band tiles with every element visible and 0 <= d < E (band_split): keys at or below
             # qa_lo, and qa_hi - n0 <= min(E - 1, window)
             bias_hi = cutlass.max(qa_lo + 1, 0) // tile_n
@@ -432,7 +439,7 @@ class RelAttnFwdSm90:
                 cute.arch.setmaxregister_increase(self.consumer_regs)
                 self._consume(
                     mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
-                    plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, tidx - PRODUCER_THREADS, pipes,
+                    plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, page_size, scale_log2, tidx - PRODUCER_THREADS, pipes,
                     tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom,
                 )  # fmt: skip
 
@@ -618,8 +625,8 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
-                 plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, tidx, pipes, tiled_mma_qk, tiled_mma_pv,
-                 copy_q, copy_atom):  # fmt: skip
+                 plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, page_size, scale_log2, tidx, pipes,
+                 tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom):  # fmt: skip
         """Per key tile ``i`` (FA3's intra-warpgroup overlap): issue ``S_i = Q K_i^T``, issue
         ``O += P_{i-1} V_{i-1}``, wait for S_i, mask / bias / online softmax of S_i while the PV GEMM
         runs, wait for it, rescale O. ``tidx`` counts from the first consumer thread."""
@@ -683,7 +690,7 @@ class RelAttnFwdSm90:
                     cute.arch.barrier_arrive(barrier_id=BAR_SCHED, number_of_threads=self.num_mma_threads)
             # first tile: S_0, its softmax (O is zero, nothing to rescale)
             k_first = _state(STAGES, Int32(0), Int32(0), Int32(0))
-            self._wait_tile(pipe_k, k_first)
+            self._wait_tile(pipe_k, k_first, n_end - 1, kv_len, page_size)
             self._sched_wait(wg_idx)
             self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
             self._sched_signal(wg_idx, True)
@@ -698,14 +705,14 @@ class RelAttnFwdSm90:
                 stage = it % STAGES
                 k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
                 v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
-                self._wait_tile(pipe_k, k_state)
+                self._wait_tile(pipe_k, k_state, n, kv_len, page_size)
                 # S of this tile (a fresh accumulator: see fresh_scores)
                 acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
                 self._sched_wait(wg_idx)
                 self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
                 if const_expr(self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
-                self._wait_tile(pipe_v, v_state)
+                self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
                 self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
                 self._sched_signal(wg_idx, True)
                 warpgroup.wait_group(1)
@@ -721,7 +728,7 @@ class RelAttnFwdSm90:
             # last PV
             last = n_tiles - 1
             v_last = _state(STAGES, last, last % STAGES, (last // STAGES) % 2)
-            self._wait_tile(pipe_v, v_last)
+            self._wait_tile(pipe_v, v_last, n_end - n_tiles, kv_len, page_size)
             self._sched_wait(wg_idx)
             if const_expr(self.late_rescale):
                 self._rescale_o(acc_O, row_scale)
@@ -784,12 +791,17 @@ class RelAttnFwdSm90:
             pipe.consumer_release(state)
 
     @cute.jit
-    def _wait_tile(self, pipe, state):
-        """Wait for a K or V stage; the proxy fence orders the producer's cp.async writes (generic
-        proxy) before this warpgroup's wgmma reads of them (async proxy)."""
+    def _wait_tile(self, pipe, state, n, kv_len, page_size):
+        """Wait for the stage of key tile ``n`` (K or V); the proxy fence orders the producer's
+        cp.async writes (generic proxy) before this warpgroup's wgmma reads of them (async proxy).
+        With ``fence_gathered_only`` a stage :meth:`_load_kv` loaded by TMA is not fenced."""
         pipe.consumer_wait(state)
         if const_expr(self.consumer_fence):
-            cute.arch.fence_view_async_shared()
+            if const_expr(self.fence_gathered_only and self.tma_kv):
+                if not ((n + 1) * self.tile_n <= kv_len and page_size == self.tile_n):
+                    cute.arch.fence_view_async_shared()
+            else:
+                cute.arch.fence_view_async_shared()
 
     @cute.jit
     def _sched_wait(self, wg_idx):
@@ -817,11 +829,6 @@ class RelAttnFwdSm90:
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
         if const_expr(self.debug_all_plain):
-            # the producer still stages the bias of band tiles: take it and hand the buffer back
-            if it < num_band:
-                b_state = self._bias_state(it)
-                pipe_b.consumer_wait(b_state)
-                self._release(pipe_b, b_state)
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
         elif is_plain:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)

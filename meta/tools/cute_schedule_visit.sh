@@ -3,7 +3,7 @@
 # the CuTe runtime is installed, `. /tmp/site/env.sh`): the variants of RelAttnFwdSm90 checked on
 # cute_gpu_check's direct cases, timed against triton and flash-attn-4 (no bias), then ncu of our
 # kernel and flash-attn-4's on 8K global page 128, and per-instruction stall samples of ours.
-#   PROBES="a b" CASES=c1,c2 [CONFORMANCE=1] [PEERS=1] [NO_NCU=1] [NO_FA4_NCU=1] bash meta/tools/cute_schedule_visit.sh SHA
+#   PROBES="a b" CASES=c1,c2 [NO_BENCH=1] [CONFORMANCE=1] [PEERS=1] [NO_NCU=1] [NO_FA4_NCU=1] bash meta/tools/cute_schedule_visit.sh SHA
 # CONFORMANCE=1 adds tests/test_conformance.py -k cute; PEERS=1 the peer benchmark (vLLM's
 # score_mod in flash-attn-4, flash-attn-4 without the bias, our triton and cute backends; both
 # clocks) on the prefill cases. When the probe of the default fails, the backend's schedule falls
@@ -20,9 +20,11 @@ if grep -q '"probe_default": "rc\|"probe_default": false' $OUT/probe.log; then
   echo "default failed its probe: falling back to the 46a147e schedule"
   sed -i 's/^SCHEDULE = dict(.*/SCHEDULE: dict = {}/' inkling_ops/kernels/cute_fwd_sm90.py
 fi
-echo "== bench"
-timeout ${BENCH_TIMEOUT:-300} python3 meta/tools/cute_ws_bench.py --out $OUT --cases ${CASES:-prefill8k_global_page128,prefill8k_global_page16,prefill8k_sliding_page128,chunk2k_on16k_x4_page16} > $OUT/ws_bench.log 2>&1
-tail -7 $OUT/ws_bench.log
+if [ -z "$NO_BENCH" ]; then
+  echo "== bench"
+  timeout ${BENCH_TIMEOUT:-300} python3 meta/tools/cute_ws_bench.py --out $OUT --cases ${CASES:-prefill8k_global_page128,prefill8k_global_page16,prefill8k_sliding_page128,chunk2k_on16k_x4_page16} > $OUT/ws_bench.log 2>&1
+  tail -8 $OUT/ws_bench.log
+fi
 if [ -n "$CONFORMANCE" ]; then
   echo "== conformance"
   timeout 150 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests/test_conformance.py tests/test_cute_runtime.py -k cute -rfE > $OUT/conformance.log 2>&1

@@ -45,19 +45,19 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("no_late", "no_split", "allplain", "smem_epi"),
-    "prefill8k_global_page16": ("no_late", "smem_epi"),
-    "prefill8k_sliding_page128": ("no_late", "no_split", "smem_epi"),
-    "chunk2k_on16k_x4_page16": ("no_late", "smem_epi"),
-    "serving_chunk2k_decodes63_global_page16": ("no_late",),
-    "prefill32k_global_page128": ("no_late",),
+    "prefill8k_global_page128": ("no_smem_epi", "fence_gathered", "allplain"),
+    "prefill8k_global_page16": ("no_smem_epi",),
+    "prefill8k_sliding_page128": ("no_smem_epi", "fence_gathered"),
+    "chunk2k_on16k_x4_page16": ("no_smem_epi",),
+    "serving_chunk2k_decodes63_global_page16": ("no_smem_epi",),
+    "prefill32k_global_page128": ("no_smem_epi", "fence_gathered"),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
 VARIANTS = {
     "default": {},
     # the schedule measured at 46a147e (RelAttnFwdSm90's keyword defaults)
-    "old": dict(band_split=False, late_rescale=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
+    "old": dict(band_split=False, late_rescale=False, smem_epilogue=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
                 consumer_regs=240),
     "no_fresh": dict(fresh_scores=False),
     "no_pagereuse": dict(page_reuse=False, producer_regs=24, consumer_regs=240),
@@ -70,7 +70,9 @@ VARIANTS = {
     "tma_kv": dict(tma_kv=True),
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
-    "smem_epi": dict(smem_epilogue=True),
+    "no_smem_epi": dict(smem_epilogue=False),
+    # no proxy fence after a TMA-loaded K/V stage (page 128); gathered stages keep theirs
+    "fence_gathered": dict(fence_gathered_only=True),
     "no_late": dict(late_rescale=False),
 }  # fmt: skip
 #: variants whose output is not the op's (not checked against the reference)
