@@ -45,19 +45,19 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("no_smem_epi", "fence_gathered", "allplain"),
+    "prefill8k_global_page128": ("no_smem_epi", "fence_all", "allplain"),
     "prefill8k_global_page16": ("no_smem_epi",),
-    "prefill8k_sliding_page128": ("no_smem_epi", "fence_gathered"),
+    "prefill8k_sliding_page128": ("no_smem_epi", "fence_all"),
     "chunk2k_on16k_x4_page16": ("no_smem_epi",),
     "serving_chunk2k_decodes63_global_page16": ("no_smem_epi",),
-    "prefill32k_global_page128": ("no_smem_epi", "fence_gathered"),
+    "prefill32k_global_page128": ("no_smem_epi", "fence_all"),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
 VARIANTS = {
     "default": {},
     # the schedule measured at 46a147e (RelAttnFwdSm90's keyword defaults)
-    "old": dict(band_split=False, late_rescale=False, smem_epilogue=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
+    "old": dict(band_split=False, late_rescale=False, smem_epilogue=False, fence_gathered_only=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
                 consumer_regs=240),
     "no_fresh": dict(fresh_scores=False),
     "no_pagereuse": dict(page_reuse=False, producer_regs=24, consumer_regs=240),
@@ -71,8 +71,8 @@ VARIANTS = {
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
     "no_smem_epi": dict(smem_epilogue=False),
-    # no proxy fence after a TMA-loaded K/V stage (page 128); gathered stages keep theirs
-    "fence_gathered": dict(fence_gathered_only=True),
+    # the proxy fence after every K/V stage, TMA-loaded ones too (the build fences gathered stages only)
+    "fence_all": dict(fence_gathered_only=False),
     "no_late": dict(late_rescale=False),
 }  # fmt: skip
 #: variants whose output is not the op's (not checked against the reference)
