@@ -19,6 +19,7 @@ triton = pytest.importorskip("triton")
 import inkling_ops  # noqa: E402
 from inkling_ops.testing import make_case  # noqa: E402
 from lab_tools import load_tool  # noqa: E402
+from matrix import rotated  # noqa: E402
 
 tuning_candidates = load_tool("tuning").candidates
 
@@ -54,8 +55,13 @@ def _with_config(case, config, num_splits):
     return lambda out: case.run_triton(out, num_splits=num_splits, config=config)
 
 
-@pytest.mark.parametrize("num_splits", [130, pytest.param(300, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("case_id", ["decode_batch_E_lt_kv_g8", "spec_verify_q9"])
+# the decode batch's 130-split run is the default run's longest single test (~40 s): slow
+@pytest.mark.parametrize(
+    "case_id, num_splits",
+    [pytest.param("spec_verify_q9", 130, id="spec_verify_q9-130")]
+    + [pytest.param(c, n, id=f"{c}-{n}", marks=pytest.mark.slow)
+       for c, n in (("decode_batch_E_lt_kv_g8", 130), ("decode_batch_E_lt_kv_g8", 300), ("spec_verify_q9", 300))],
+)  # fmt: skip
 def test_many_splits_cross_combine_chunks(case_id, num_splits):
     """Many splits, most of them empty; at 300 the combine reads the splits in two chunks."""
     case = make_case(**dict(CASES)[case_id], head_dim=64)
@@ -84,19 +90,27 @@ TWO_PASS_CONFIGS = [  # (band config, plain config); band entry 5 sets bias_ahea
     ((32, 16, 4, 3, True), (64, 64, 4, 2)),
 ]
 TWO_PASS_CASES = [
-    # the slowest interpreter case of the default run (~22 s per configuration): slow
-    pytest.param(dict(q_lens=[300, 5, 129], kv_lens=[700, 400, 129], rel_extent=40, num_heads=8, num_kv_heads=2), id="global_ragged_g4", marks=pytest.mark.slow),
-    pytest.param(dict(q_lens=[90], kv_lens=[500], rel_extent=16, num_heads=16, num_kv_heads=1, page_size=64), id="global_g16_page64"),
-    pytest.param(dict(q_lens=[200, 1], kv_lens=[600, 300], rel_extent=24, window_left=150, num_heads=4, num_kv_heads=2, packed_kv=True), id="window_gt_E_packed"),
+    ("global_g16_page64", dict(q_lens=[90], kv_lens=[500], rel_extent=16, num_heads=16, num_kv_heads=1, page_size=64)),
+    ("window_gt_E_packed", dict(q_lens=[200, 1], kv_lens=[600, 300], rel_extent=24, window_left=150, num_heads=4, num_kv_heads=2, packed_kv=True)),
+    # the slowest interpreter case (~22 s per configuration): with every == 2 it meets half the
+    # configurations; the product is in the slow suite
+    ("global_ragged_g4", dict(q_lens=[300, 5, 129], kv_lens=[700, 400, 129], rel_extent=40, num_heads=8, num_kv_heads=2)),
 ]
 
 
-@pytest.mark.parametrize("band,plain", TWO_PASS_CONFIGS, ids=lambda c: "x".join(map(str, c)))
-@pytest.mark.parametrize("kwargs", TWO_PASS_CASES)
-def test_two_pass_matches_reference(kwargs, band, plain):
+def _configs(configs):
+    return [("x".join(map(str, band)) + "-" + "x".join(map(str, plain)), (band, plain)) for band, plain in configs]
+
+
+# every configuration meets one of the two cheap cases in the default run
+@pytest.mark.parametrize("kwargs, configs", rotated(TWO_PASS_CASES[:2], _configs(TWO_PASS_CONFIGS), every=2)
+                         + [pytest.param(TWO_PASS_CASES[2][1], c, id=f"global_ragged_g4-{n}", marks=pytest.mark.slow)
+                            for n, c in _configs(TWO_PASS_CONFIGS)])  # fmt: skip
+def test_two_pass_matches_reference(kwargs, configs):
     """Plain tiles in one launch, band/edge/diagonal tiles in a second with other tile shapes."""
     from inkling_ops.kernels.triton_configs import FwdConfig
 
+    band, plain = configs
     case = make_case(**kwargs, extra_tokens=2)
     options = dict(zip(("bias_ahead",), band[4:]))
     config = FwdConfig(*band[:4], plain=FwdConfig(*plain), **options)
@@ -123,9 +137,13 @@ BAND_CASES = [
 ]
 
 
-@pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("options", BAND_OPTIONS, ids=lambda o: "+".join(sorted(o)))
-@pytest.mark.parametrize("kwargs", [c[1] for c in BAND_CASES], ids=[c[0] for c in BAND_CASES])
+def _named(options):
+    return [("+".join(sorted(o)), o) for o in options]
+
+
+# one diagonal of cases x options x splits in the default run (every case with both split
+# counts, every option on six cases); the whole product in the slow suite
+@pytest.mark.parametrize("kwargs, options, splits", rotated(BAND_CASES, _named(BAND_OPTIONS), [(1, 1), (3, 3)], every=3))
 def test_band_options_match_reference(kwargs, options, splits):
     """Opt-in band-tile variants: bias loaded a tile ahead, one masked loop on windows inside E."""
     from inkling_ops.kernels.triton_configs import FwdConfig
@@ -143,11 +161,15 @@ SCHEDULE_OPTIONS = [
 ]
 
 
-# the split runs of the schedule options are the default run's longest interpreter group (~36 x 9-12 s
-# on the CPU machine): the slow suite; test_band_options_match_reference keeps splits in the default run
-@pytest.mark.parametrize("splits", [1, pytest.param(3, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("options", SCHEDULE_OPTIONS, ids=lambda o: "+".join(sorted(o)))
-@pytest.mark.parametrize("kwargs", [c[1] for c in BAND_CASES], ids=[c[0] for c in BAND_CASES])
+# one diagonal of cases x options in the default run, with one split (every option on three
+# cases); the rest, and every run with three splits (~10 s each under the interpreter), in the
+# slow suite
+@pytest.mark.parametrize(
+    "kwargs, options, splits",
+    rotated(BAND_CASES, _named(SCHEDULE_OPTIONS), [(1, 1)], every=3)
+    + [pytest.param(*p.values[:2], 3, id=p.id[:-2] + "-3", marks=pytest.mark.slow)
+       for p in rotated(BAND_CASES, _named(SCHEDULE_OPTIONS), [(1, 1)], every=1)],
+)  # fmt: skip
 def test_tile_schedules_match_reference(kwargs, options, splits):
     """Strided splits (split s takes every S-th tile) and K/V loaded a tile ahead into registers,
     on every kind of tile range: window edges, plain runs, bands, interior band tiles, ranges
