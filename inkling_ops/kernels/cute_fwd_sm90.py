@@ -203,13 +203,17 @@ class RelAttnFwdSm90:
     - ``fence_gathered_only``: with ``consumer_fence``, fence only after waiting for a stage the
       producer gathered with ``cp.async`` (generic proxy); a stage loaded by TMA (``tma_kv``) is
       written by the async proxy that wgmma reads through, and needs none.
+    - ``bias_per_wg``: the bias buffer in two halves with their own barriers, one a consumer
+      warpgroup (its 64 rows): producer threads 0-63 refill the first warpgroup's half as soon as
+      that warpgroup has read it, instead of waiting for both (the single buffer's refill then
+      has a whole iteration of lead, not half of one).
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
-                 debug_all_plain: bool = False, fence_gathered_only: bool = False,
+                 debug_all_plain: bool = False, fence_gathered_only: bool = False, bias_per_wg: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -230,6 +234,9 @@ class RelAttnFwdSm90:
         self.consumer_fence = consumer_fence
         self.debug_all_plain = debug_all_plain
         self.fence_gathered_only = fence_gathered_only
+        self.bias_per_wg = bias_per_wg
+        #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
+        self.bias_halves = 2 if bias_per_wg else 1
         self.fresh_scores = fresh_scores
         self.page_reuse = page_reuse
         self.tma_kv = tma_kv
@@ -298,7 +305,7 @@ class RelAttnFwdSm90:
         class SharedStorage:
             mbar_k: cute.struct.MemRange[Int64, 2 * STAGES]
             mbar_v: cute.struct.MemRange[Int64, 2 * STAGES]
-            mbar_b: cute.struct.MemRange[Int64, 2]
+            mbar_b: cute.struct.MemRange[Int64, 2 * self.bias_halves]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
@@ -384,12 +391,21 @@ class RelAttnFwdSm90:
             producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
             consumer_arrivals = self.num_mma_threads // 32 if self.release_per_warp else self.num_mma_threads
             consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals)
+            # with bias_per_wg the bias "stages" are the two warpgroups' halves of one buffer
+            bias_producers, bias_consumers = producers, consumers
+            if const_expr(self.bias_per_wg):
+                bias_producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS // 2)
+                bias_consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals // 2)
             pipes = [
                 pipeline.PipelineCpAsync.create(
-                    barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=producers,
-                    consumer_group=consumers, defer_sync=True,
+                    barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=group_p,
+                    consumer_group=group_c, defer_sync=True,
                 )  # fmt: skip
-                for bar, stages in ((storage.mbar_k, STAGES), (storage.mbar_v, STAGES), (storage.mbar_b, 1))
+                for bar, stages, group_p, group_c in (
+                    (storage.mbar_k, STAGES, producers, consumers),
+                    (storage.mbar_v, STAGES, producers, consumers),
+                    (storage.mbar_b, self.bias_halves, bias_producers, bias_consumers),
+                )
             ]
             cute.arch.mbarrier_init_fence()
             cute.arch.sync_threads()
@@ -604,6 +620,9 @@ class RelAttnFwdSm90:
         ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
         16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
         state = _state(1, it, 0, (it % 2) ^ 1)
+        if const_expr(self.bias_per_wg):
+            # thread t stages row t, which the consumer warpgroup t // 64 reads
+            state = _state(2, it, tidx // (PRODUCER_THREADS // 2), (it % 2) ^ 1)
         pipe.producer_acquire(state)
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
@@ -697,7 +716,7 @@ class RelAttnFwdSm90:
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
             self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
-                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
+                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, wg_idx)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
@@ -718,7 +737,7 @@ class RelAttnFwdSm90:
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
                 self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2)  # fmt: skip
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, wg_idx)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 if const_expr(not self.late_rescale):
@@ -822,7 +841,7 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, plain_lo,
-                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, wg_idx):  # fmt: skip
         """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place: plain tiles scale
         only; band tiles mask and add the staged bias (waiting for it when the tile stages any)."""
         tile_n = self.tile_n
@@ -837,20 +856,20 @@ class RelAttnFwdSm90:
             scale = scale_log2 * (1.0 / LOG2_E)
             if n >= bias_lo and n < bias_hi:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, False, False)  # fmt: skip
+                                  kv_len, scale, wg_idx, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, True, False)  # fmt: skip
+                                  kv_len, scale, wg_idx, True, False)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
             self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                              scale_log2, True, True)  # fmt: skip
+                              scale_log2, wg_idx, True, True)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
 
     @cute.jit
     def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                     scale, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
+                     scale, wg_idx, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
         """The scores of band tile ``n`` (iteration ``it``), in place: ``S * scale + bias`` (in
         natural units; with ``log2_units``, ``scale`` is ``softmax_scale * log2(e)`` and the bias
         is multiplied by log2(e) too), with, when ``masked``, the bias selected away at ``d >= E``
@@ -861,7 +880,7 @@ class RelAttnFwdSm90:
         in_band = it < num_band
         if const_expr(not masked):
             in_band = True
-        b_state = self._bias_state(it)
+        b_state = self._bias_state(it, wg_idx)
         if in_band:
             pipe_b.consumer_wait(b_state)
         n0 = n * tile_n
@@ -884,8 +903,10 @@ class RelAttnFwdSm90:
         if in_band:
             self._release(pipe_b, b_state)
 
-    def _bias_state(self, it):
-        """The consumers' pipeline position of the bias of band tile ``it``."""
+    def _bias_state(self, it, wg_idx):
+        """Consumer warpgroup ``wg_idx``'s pipeline position of the bias of band tile ``it``."""
+        if const_expr(self.bias_per_wg):
+            return _state(2, it, wg_idx, it % 2)
         return _state(1, it, 0, it % 2)
 
     @cute.jit

@@ -45,12 +45,12 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("no_smem_epi", "fence_all", "allplain"),
-    "prefill8k_global_page16": ("no_smem_epi",),
-    "prefill8k_sliding_page128": ("no_smem_epi", "fence_all"),
-    "chunk2k_on16k_x4_page16": ("no_smem_epi",),
-    "serving_chunk2k_decodes63_global_page16": ("no_smem_epi",),
-    "prefill32k_global_page128": ("no_smem_epi", "fence_all"),
+    "prefill8k_global_page128": ("bias_per_wg",),
+    "prefill8k_global_page16": ("bias_per_wg",),
+    "prefill8k_sliding_page128": ("bias_per_wg",),
+    "chunk2k_on16k_x4_page16": ("bias_per_wg",),
+    "serving_chunk2k_decodes63_global_page16": ("bias_per_wg",),
+    "prefill32k_global_page128": ("bias_per_wg",),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
@@ -73,6 +73,8 @@ VARIANTS = {
     "no_smem_epi": dict(smem_epilogue=False),
     # the proxy fence after every K/V stage, TMA-loaded ones too (the build fences gathered stages only)
     "fence_all": dict(fence_gathered_only=False),
+    # the bias buffer's halves refilled per consumer warpgroup
+    "bias_per_wg": dict(bias_per_wg=True),
     "no_late": dict(late_rescale=False),
 }  # fmt: skip
 #: variants whose output is not the op's (not checked against the reference)
