@@ -206,7 +206,8 @@ class RelAttnFwdSm90:
     - ``bias_per_wg``: the bias buffer in two halves with their own barriers, one a consumer
       warpgroup (its 64 rows): producer threads 0-63 refill the first warpgroup's half as soon as
       that warpgroup has read it, instead of waiting for both (the single buffer's refill then
-      has a whole iteration of lead, not half of one).
+      has a whole iteration of lead, not half of one). ``"tile_pages"``: only when the page size
+      is ``tile_n`` (a runtime choice; at other page sizes one buffer, as without the option).
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
@@ -237,6 +238,8 @@ class RelAttnFwdSm90:
         self.bias_per_wg = bias_per_wg
         #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
         self.bias_halves = 2 if bias_per_wg else 1
+        if bias_per_wg not in (False, True, "tile_pages"):
+            raise ValueError(f"bias_per_wg is {bias_per_wg!r}; expected False, True or 'tile_pages'")
         self.fresh_scores = fresh_scores
         self.page_reuse = page_reuse
         self.tma_kv = tma_kv
@@ -393,7 +396,15 @@ class RelAttnFwdSm90:
             consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals)
             # with bias_per_wg the bias "stages" are the two warpgroups' halves of one buffer
             bias_producers, bias_consumers = producers, consumers
-            if const_expr(self.bias_per_wg):
+            if const_expr(self.bias_per_wg == "tile_pages"):
+                split = page_size == tile_n
+                bias_producers = pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, cutlass.select_(split, Int32(PRODUCER_THREADS // 2), Int32(PRODUCER_THREADS))
+                )
+                bias_consumers = pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, cutlass.select_(split, Int32(consumer_arrivals // 2), Int32(consumer_arrivals))
+                )
+            elif const_expr(self.bias_per_wg):
                 bias_producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS // 2)
                 bias_consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals // 2)
             pipes = [
@@ -486,7 +497,7 @@ class RelAttnFwdSm90:
                 self._copy_rows(mK, sK, 0, pipe_k, kv_head, page_k, slot_k, thr_copy, tTcT, copy_atom)
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     page_v, slot_v = page_k, slot_k
@@ -496,13 +507,13 @@ class RelAttnFwdSm90:
                     self._copy_rows(mV, sV, it, pipe_v, kv_head, page_v, slot_v, thr_copy, tTcT, copy_atom)
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
             else:
                 self._load_kv(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
                               thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     if it + 1 < n_tiles:
@@ -512,7 +523,7 @@ class RelAttnFwdSm90:
                                   tTcT, copy_atom, pages_v)  # fmt: skip
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom)  # fmt: skip
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -614,7 +625,7 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _load_bias(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
-                   copy_atom):  # fmt: skip
+                   copy_atom, page_size):  # fmt: skip
         """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
         thread), the distances ``[d0, d0 + bias_width)`` of its rel_logits row,
         ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
@@ -622,7 +633,10 @@ class RelAttnFwdSm90:
         state = _state(1, it, 0, (it % 2) ^ 1)
         if const_expr(self.bias_per_wg):
             # thread t stages row t, which the consumer warpgroup t // 64 reads
-            state = _state(2, it, tidx // (PRODUCER_THREADS // 2), (it % 2) ^ 1)
+            half = tidx // (PRODUCER_THREADS // 2)
+            if const_expr(self.bias_per_wg == "tile_pages"):
+                half = cutlass.select_(page_size == self.tile_n, half, Int32(0))
+            state = _state(2, it, half, (it % 2) ^ 1)
         pipe.producer_acquire(state)
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
@@ -652,6 +666,10 @@ class RelAttnFwdSm90:
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
         pipe_k, pipe_v, pipe_b = pipes
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
+        # the bias half this warpgroup reads (bias_per_wg), else the one buffer
+        b_half = wg_idx
+        if const_expr(self.bias_per_wg == "tile_pages"):
+            b_half = cutlass.select_(page_size == tile_n, wg_idx, Int32(0))
         # V seen as the (head_dim, tile_n) B operand of O += P V
         sVt = cute.composition(sV, cute.make_ordered_layout((self.head_dim, tile_n, STAGES), order=(1, 0, 2)))
 
@@ -716,7 +734,7 @@ class RelAttnFwdSm90:
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
             self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
-                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, wg_idx)  # fmt: skip
+                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
@@ -737,7 +755,7 @@ class RelAttnFwdSm90:
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
                 self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, wg_idx)  # fmt: skip
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 if const_expr(not self.late_rescale):
@@ -841,7 +859,7 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, plain_lo,
-                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, wg_idx):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
         """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place: plain tiles scale
         only; band tiles mask and add the staged bias (waiting for it when the tile stages any)."""
         tile_n = self.tile_n
@@ -856,20 +874,20 @@ class RelAttnFwdSm90:
             scale = scale_log2 * (1.0 / LOG2_E)
             if n >= bias_lo and n < bias_hi:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, wg_idx, False, False)  # fmt: skip
+                                  kv_len, scale, b_half, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, wg_idx, True, False)  # fmt: skip
+                                  kv_len, scale, b_half, True, False)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
             self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                              scale_log2, wg_idx, True, True)  # fmt: skip
+                              scale_log2, b_half, True, True)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
 
     @cute.jit
     def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                     scale, wg_idx, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
+                     scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
         """The scores of band tile ``n`` (iteration ``it``), in place: ``S * scale + bias`` (in
         natural units; with ``log2_units``, ``scale`` is ``softmax_scale * log2(e)`` and the bias
         is multiplied by log2(e) too), with, when ``masked``, the bias selected away at ``d >= E``
@@ -880,7 +898,7 @@ class RelAttnFwdSm90:
         in_band = it < num_band
         if const_expr(not masked):
             in_band = True
-        b_state = self._bias_state(it, wg_idx)
+        b_state = self._bias_state(it, b_half)
         if in_band:
             pipe_b.consumer_wait(b_state)
         n0 = n * tile_n
@@ -903,10 +921,11 @@ class RelAttnFwdSm90:
         if in_band:
             self._release(pipe_b, b_state)
 
-    def _bias_state(self, it, wg_idx):
-        """Consumer warpgroup ``wg_idx``'s pipeline position of the bias of band tile ``it``."""
+    def _bias_state(self, it, b_half):
+        """The consumers' pipeline position of the bias of band tile ``it`` in half ``b_half``
+        (``bias_per_wg``; else the one buffer)."""
         if const_expr(self.bias_per_wg):
-            return _state(2, it, wg_idx, it % 2)
+            return _state(2, it, b_half, it % 2)
         return _state(1, it, 0, it % 2)
 
     @cute.jit

@@ -45,12 +45,14 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("bias_per_wg",),
-    "prefill8k_global_page16": ("bias_per_wg",),
-    "prefill8k_sliding_page128": ("bias_per_wg",),
-    "chunk2k_on16k_x4_page16": ("bias_per_wg",),
-    "serving_chunk2k_decodes63_global_page16": ("bias_per_wg",),
-    "prefill32k_global_page128": ("bias_per_wg",),
+    "prefill8k_global_page128": ("bias_per_wg_pages",),
+    "prefill8k_global_page16": ("bias_per_wg_pages",),
+    "prefill8k_sliding_page128": ("bias_per_wg_pages",),
+    "chunk2k_on16k_x4_page16": ("bias_per_wg_pages",),
+    "serving_chunk2k_decodes63_global_page16": ("bias_per_wg_pages",),
+    "prefill32k_global_page128": ("bias_per_wg_pages",),
+    "serving_chunk2k_decodes63_sliding_page128": ("bias_per_wg_pages",),
+    "chunk2k_on16k_x4_sliding_page128": ("bias_per_wg_pages",),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
@@ -75,6 +77,8 @@ VARIANTS = {
     "fence_all": dict(fence_gathered_only=False),
     # the bias buffer's halves refilled per consumer warpgroup
     "bias_per_wg": dict(bias_per_wg=True),
+    # the same only when the page size is tile_n (a runtime choice in one kernel)
+    "bias_per_wg_pages": dict(bias_per_wg="tile_pages"),
     "no_late": dict(late_rescale=False),
 }  # fmt: skip
 #: variants whose output is not the op's (not checked against the reference)
