@@ -73,8 +73,10 @@ SMEM_LIMIT = 227 * 1024
 #: defaults of :class:`RelAttnFwdSm90` (which are the schedule measured at 46a147e). What each
 #: option does is in that class's docstring; the measurements behind the choice are in
 #: meta/TUNING.md, "CuTe backend".
-SCHEDULE = dict(band_split=True, late_rescale=True, smem_epilogue=True, fence_gathered_only=True, fresh_scores=True, page_reuse=True, release_per_warp=True,
-                tma_kv=True, producer_regs=32, consumer_regs=232)
+SCHEDULE = dict(
+    fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, band_split=True, late_rescale=True,
+    smem_epilogue=True, fence_gathered_only=True, bias_per_wg="tile_pages", producer_regs=32, consumer_regs=232,
+)
 
 
 @dataclass(frozen=True)

@@ -45,21 +45,21 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("bias_per_wg_pages",),
-    "prefill8k_global_page16": ("bias_per_wg_pages",),
-    "prefill8k_sliding_page128": ("bias_per_wg_pages",),
-    "chunk2k_on16k_x4_page16": ("bias_per_wg_pages",),
-    "serving_chunk2k_decodes63_global_page16": ("bias_per_wg_pages",),
-    "prefill32k_global_page128": ("bias_per_wg_pages",),
-    "serving_chunk2k_decodes63_sliding_page128": ("bias_per_wg_pages",),
-    "chunk2k_on16k_x4_sliding_page128": ("bias_per_wg_pages",),
+    "prefill8k_global_page128": ("no_bias_per_wg",),
+    "prefill8k_global_page16": ("no_bias_per_wg",),
+    "prefill8k_sliding_page128": ("no_bias_per_wg",),
+    "chunk2k_on16k_x4_page16": ("no_bias_per_wg",),
+    "serving_chunk2k_decodes63_global_page16": ("no_bias_per_wg",),
+    "prefill32k_global_page128": ("no_bias_per_wg",),
+    "serving_chunk2k_decodes63_sliding_page128": ("no_bias_per_wg",),
+    "chunk2k_on16k_x4_sliding_page128": ("no_bias_per_wg",),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
 VARIANTS = {
     "default": {},
     # the schedule measured at 46a147e (RelAttnFwdSm90's keyword defaults)
-    "old": dict(band_split=False, late_rescale=False, smem_epilogue=False, fence_gathered_only=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
+    "old": dict(bias_per_wg=False, band_split=False, late_rescale=False, smem_epilogue=False, fence_gathered_only=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
                 consumer_regs=240),
     "no_fresh": dict(fresh_scores=False),
     "no_pagereuse": dict(page_reuse=False, producer_regs=24, consumer_regs=240),
@@ -77,8 +77,8 @@ VARIANTS = {
     "fence_all": dict(fence_gathered_only=False),
     # the bias buffer's halves refilled per consumer warpgroup
     "bias_per_wg": dict(bias_per_wg=True),
-    # the same only when the page size is tile_n (a runtime choice in one kernel)
-    "bias_per_wg_pages": dict(bias_per_wg="tile_pages"),
+    # one bias buffer at every page size (the build splits it per warpgroup at page_size == tile_n)
+    "no_bias_per_wg": dict(bias_per_wg=False),
     "no_late": dict(late_rescale=False),
 }  # fmt: skip
 #: variants whose output is not the op's (not checked against the reference)
