@@ -210,6 +210,11 @@ class RelAttnFwdSm90:
       that warpgroup has read it, instead of waiting for both (the single buffer's refill then
       has a whole iteration of lead, not half of one). ``"tile_pages"``: only when the page size
       is ``tile_n`` (a runtime choice; at other page sizes one buffer, as without the option).
+    - ``bias_before_qk`` (with ``band_split``): an unmasked band tile's bias, divided by
+      ``softmax_scale``, is written into its fresh S accumulator before its QK GEMM is issued, and
+      the GEMM accumulates onto it, so the tile then takes the plain tile's softmax: the bias
+      loads and converts run before the warpgroup's turn, off the path from S to P. Not for the
+      first key tile (the diagonal), whose GEMM is issued before the loop.
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     """
@@ -217,6 +222,7 @@ class RelAttnFwdSm90:
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, fence_gathered_only: bool = False, bias_per_wg: bool = False,
+                 bias_before_qk: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -238,6 +244,9 @@ class RelAttnFwdSm90:
         self.debug_all_plain = debug_all_plain
         self.fence_gathered_only = fence_gathered_only
         self.bias_per_wg = bias_per_wg
+        if bias_before_qk and not band_split:
+            raise ValueError("bias_before_qk needs band_split (it moves the unmasked band tiles' bias)")
+        self.bias_before_qk = bias_before_qk
         #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
         self.bias_halves = 2 if bias_per_wg else 1
         if bias_per_wg not in (False, True, "tile_pages"):
@@ -668,6 +677,8 @@ class RelAttnFwdSm90:
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
         pipe_k, pipe_v, pipe_b = pipes
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
+        # bias_before_qk: the bias in units of the raw scores (S = Q K^T before softmax_scale)
+        inv_scale = LOG2_E / scale_log2
         # the bias half this warpgroup reads (bias_per_wg), else the one buffer
         b_half = wg_idx
         if const_expr(self.bias_per_wg == "tile_pages"):
@@ -736,7 +747,8 @@ class RelAttnFwdSm90:
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
             self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
-                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
+                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
+                         False)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
@@ -747,8 +759,17 @@ class RelAttnFwdSm90:
                 self._wait_tile(pipe_k, k_state, n, kv_len, page_size)
                 # S of this tile (a fresh accumulator: see fresh_scores)
                 acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
-                self._sched_wait(wg_idx)
-                self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
+                if const_expr(self.bias_before_qk):
+                    if n >= bias_lo and n < bias_hi:
+                        self._bias_into_acc(acc_T, row_qabs, tScS_mn, sB, pipe_b, it, n, inv_scale, b_half)
+                        self._sched_wait(wg_idx)
+                        self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], False)
+                    else:
+                        self._sched_wait(wg_idx)
+                        self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
+                else:
+                    self._sched_wait(wg_idx)
+                    self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
                 if const_expr(self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
                 self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
@@ -757,7 +778,8 @@ class RelAttnFwdSm90:
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
                 self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
+                             self.bias_before_qk)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 if const_expr(not self.late_rescale):
@@ -861,12 +883,17 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, plain_lo,
-                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
+                biased_before: cutlass.Constexpr):  # fmt: skip
         """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place: plain tiles scale
-        only; band tiles mask and add the staged bias (waiting for it when the tile stages any)."""
+        only; band tiles mask and add the staged bias (waiting for it when the tile stages any).
+        ``biased_before``: the unmasked band tiles' bias is already in ``acc_S``
+        (:meth:`_bias_into_acc`), so they take the plain tiles' softmax."""
         tile_n = self.tile_n
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
+        if const_expr(biased_before):
+            is_plain = is_plain or (n >= bias_lo and n < bias_hi)
         if const_expr(self.debug_all_plain):
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
         elif is_plain:
@@ -922,6 +949,23 @@ class RelAttnFwdSm90:
                     acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
         if in_band:
             self._release(pipe_b, b_state)
+
+    @cute.jit
+    def _bias_into_acc(self, acc_S, row_qabs, tScS_mn, sB, pipe_b, it, n, inv_scale, b_half):
+        """``acc_S = bias / softmax_scale`` for unmasked band tile ``n`` (iteration ``it``), from the
+        staged bias (waited for, then handed back), before its QK GEMM accumulates onto it."""
+        tile_n = self.tile_n
+        acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
+        b_state = self._bias_state(it, b_half)
+        pipe_b.consumer_wait(b_state)
+        n0 = n * tile_n
+        for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
+            qa = row_qabs[i]
+            r = tScS_mn[i, 0][0]
+            base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
+            for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
+                acc_S_mn[i, j] = sB[r, base - tScS_mn[0, j][1]].to(Float32) * inv_scale
+        self._release(pipe_b, b_state)
 
     def _bias_state(self, it, b_half):
         """The consumers' pipeline position of the bias of band tile ``it`` in half ``b_half``

@@ -45,12 +45,12 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("no_bias_per_wg",),
-    "prefill8k_global_page16": ("no_bias_per_wg",),
-    "prefill8k_sliding_page128": ("no_bias_per_wg",),
+    "prefill8k_global_page128": ("no_bias_per_wg", "bias_before_qk"),
+    "prefill8k_global_page16": ("no_bias_per_wg", "bias_before_qk"),
+    "prefill8k_sliding_page128": ("no_bias_per_wg", "bias_before_qk"),
     "chunk2k_on16k_x4_page16": ("no_bias_per_wg",),
     "serving_chunk2k_decodes63_global_page16": ("no_bias_per_wg",),
-    "prefill32k_global_page128": ("no_bias_per_wg",),
+    "prefill32k_global_page128": ("no_bias_per_wg", "bias_before_qk"),
     "serving_chunk2k_decodes63_sliding_page128": ("no_bias_per_wg",),
     "chunk2k_on16k_x4_sliding_page128": ("no_bias_per_wg",),
 }  # fmt: skip
@@ -77,6 +77,8 @@ VARIANTS = {
     "fence_all": dict(fence_gathered_only=False),
     # the bias buffer's halves refilled per consumer warpgroup
     "bias_per_wg": dict(bias_per_wg=True),
+    # unmasked band tiles' bias written into S's accumulator before the QK GEMM (not yet run)
+    "bias_before_qk": dict(bias_before_qk=True),
     # one bias buffer at every page size (the build splits it per warpgroup at page_size == tile_n)
     "no_bias_per_wg": dict(bias_per_wg=False),
     "no_late": dict(late_rescale=False),
