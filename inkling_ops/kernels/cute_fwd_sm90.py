@@ -13,6 +13,10 @@ from shared memory, ``O += P V`` with P straight from registers. Per key tile ``
 issues QK of tile ``i``, then PV of tile ``i - 1``, and runs the softmax of tile ``i`` while that
 PV GEMM is in flight (FA3's intra-warpgroup overlap); the two consumers take turns issuing their
 GEMMs (named barriers, ping-pong). The producer issues K of tile ``i + 1`` before V of tile ``i``.
+This paragraph is the kernel at :class:`RelAttnFwdSm90`'s keyword defaults. :data:`SCHEDULE`,
+what the backend builds, changes it with the options that class's docstring describes: at page
+128 whole K/V tiles by TMA and the bias buffer in per-warpgroup halves, a body without masks for
+band tiles that need none, O out through shared memory, and a 32 / 232 register split.
 
 Per CTA the key tiles that hold visible keys (causal, and ``d <= window`` for a sliding layer)
 are computed up front and walked from the diagonal downwards; nothing else is loaded. The key
