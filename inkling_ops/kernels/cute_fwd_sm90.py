@@ -249,7 +249,9 @@ class RelAttnFwdSm90:
         self.fence_gathered_only = fence_gathered_only
         self.bias_per_wg = bias_per_wg
         if bias_before_qk and not band_split:
-            raise ValueError("bias_before_qk needs band_split (it moves the unmasked band tiles' bias)")
+            raise ValueError(
+                f"bias_before_qk=True needs band_split=True (it moves the unmasked band tiles' bias); got band_split={band_split!r}"
+            )
         self.bias_before_qk = bias_before_qk
         #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
         self.bias_halves = 2 if bias_per_wg else 1
@@ -411,17 +413,9 @@ class RelAttnFwdSm90:
             consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals)
             # with bias_per_wg the bias "stages" are the two warpgroups' halves of one buffer
             bias_producers, bias_consumers = producers, consumers
-            if const_expr(self.bias_per_wg == "tile_pages"):
-                split = page_size == tile_n
-                bias_producers = pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, cutlass.select_(split, Int32(PRODUCER_THREADS // 2), Int32(PRODUCER_THREADS))
-                )
-                bias_consumers = pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, cutlass.select_(split, Int32(consumer_arrivals // 2), Int32(consumer_arrivals))
-                )
-            elif const_expr(self.bias_per_wg):
-                bias_producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS // 2)
-                bias_consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals // 2)
+            if const_expr(self.bias_per_wg):
+                bias_producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self._half_count(PRODUCER_THREADS, page_size))
+                bias_consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self._half_count(consumer_arrivals, page_size))
             pipes = [
                 pipeline.PipelineCpAsync.create(
                     barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=group_p,
@@ -554,11 +548,17 @@ class RelAttnFwdSm90:
             self._load_rows(mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
                             copy_atom)  # fmt: skip
         else:
-            if (n + 1) * self.tile_n <= kv_len and mX.shape[1] == self.tile_n:
+            if self._tma_tile(n, kv_len, mX.shape[1]):
                 self._load_page(it, pipe, block_row, num_blocks, n, pages)
             else:
                 self._load_rows(mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy,
                                 tTcT, copy_atom)  # fmt: skip
+
+    @cute.jit
+    def _tma_tile(self, n, kv_len, page_size):
+        """Whether :meth:`_load_kv` loads key tile ``n`` by TMA (with ``tma_kv``): the tile lies
+        wholly below ``kv_len`` and a page is one tile."""
+        return (n + 1) * self.tile_n <= kv_len and page_size == self.tile_n
 
     @cute.jit
     def _page_copies(self, tma, sX, kv_head):
@@ -648,10 +648,7 @@ class RelAttnFwdSm90:
         state = _state(1, it, 0, (it % 2) ^ 1)
         if const_expr(self.bias_per_wg):
             # thread t stages row t, which the consumer warpgroup t // 64 reads
-            half = tidx // (PRODUCER_THREADS // 2)
-            if const_expr(self.bias_per_wg == "tile_pages"):
-                half = cutlass.select_(page_size == self.tile_n, half, Int32(0))
-            state = _state(2, it, half, (it % 2) ^ 1)
+            state = _state(2, it, self._bias_half(tidx // (PRODUCER_THREADS // 2), page_size), (it % 2) ^ 1)
         pipe.producer_acquire(state)
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
@@ -684,9 +681,7 @@ class RelAttnFwdSm90:
         # bias_before_qk: the bias in units of the raw scores (S = Q K^T before softmax_scale)
         inv_scale = LOG2_E / scale_log2
         # the bias half this warpgroup reads (bias_per_wg), else the one buffer
-        b_half = wg_idx
-        if const_expr(self.bias_per_wg == "tile_pages"):
-            b_half = cutlass.select_(page_size == tile_n, wg_idx, Int32(0))
+        b_half = self._bias_half(wg_idx, page_size)
         # V seen as the (head_dim, tile_n) B operand of O += P V
         sVt = cute.composition(sV, cute.make_ordered_layout((self.head_dim, tile_n, STAGES), order=(1, 0, 2)))
 
@@ -765,7 +760,10 @@ class RelAttnFwdSm90:
                 acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
                 if const_expr(self.bias_before_qk):
                     if n >= bias_lo and n < bias_hi:
-                        self._bias_into_acc(acc_T, row_qabs, tScS_mn, sB, pipe_b, it, n, inv_scale, b_half)
+                        # S = bias / softmax_scale, the QK GEMM accumulating onto it
+                        acc_T_mn = cute.make_tensor(acc_T.iterator, _acc_mn_layout(acc_T.layout))
+                        self._band_scores(acc_T_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent,
+                                          window, kv_len, inv_scale, b_half, False, False, True)  # fmt: skip
                         self._sched_wait(wg_idx)
                         self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], False)
                     else:
@@ -863,7 +861,7 @@ class RelAttnFwdSm90:
         pipe.consumer_wait(state)
         if const_expr(self.consumer_fence):
             if const_expr(self.fence_gathered_only and self.tma_kv):
-                if not ((n + 1) * self.tile_n <= kv_len and page_size == self.tile_n):
+                if not self._tma_tile(n, kv_len, page_size):
                     cute.arch.fence_view_async_shared()
             else:
                 cute.arch.fence_view_async_shared()
@@ -892,7 +890,7 @@ class RelAttnFwdSm90:
         """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place: plain tiles scale
         only; band tiles mask and add the staged bias (waiting for it when the tile stages any).
         ``biased_before``: the unmasked band tiles' bias is already in ``acc_S``
-        (:meth:`_bias_into_acc`), so they take the plain tiles' softmax."""
+        (:meth:`_band_scores` with ``fill``), so they take the plain tiles' softmax."""
         tile_n = self.tile_n
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
@@ -907,26 +905,28 @@ class RelAttnFwdSm90:
             scale = scale_log2 * (1.0 / LOG2_E)
             if n >= bias_lo and n < bias_hi:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, False, False)  # fmt: skip
+                                  kv_len, scale, b_half, False, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, True, False)  # fmt: skip
+                                  kv_len, scale, b_half, True, False, False)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
             self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                              scale_log2, b_half, True, True)  # fmt: skip
+                              scale_log2, b_half, True, True, False)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
 
     @cute.jit
     def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                     scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
+                     scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr,
+                     fill: cutlass.Constexpr):  # fmt: skip
         """The scores of band tile ``n`` (iteration ``it``), in place: ``S * scale + bias`` (in
         natural units; with ``log2_units``, ``scale`` is ``softmax_scale * log2(e)`` and the bias
         is multiplied by log2(e) too), with, when ``masked``, the bias selected away at ``d >= E``
         and the invisible elements set to -inf. Unmasked tiles (``band_split``: every element
         visible, every ``0 <= d < E``) are in the band by construction and always wait for their
-        bias; a masked tile waits when it is one of the first ``num_band``."""
+        bias; a masked tile waits when it is one of the first ``num_band``. With ``fill`` (unmasked,
+        natural units; ``bias_before_qk``) the tile's scores are not read: ``acc = bias * scale``."""
         tile_n = self.tile_n
         in_band = it < num_band
         if const_expr(not masked):
@@ -944,7 +944,9 @@ class RelAttnFwdSm90:
                 bias = sB[r, base - c].to(Float32)
                 if const_expr(log2_units):
                     bias = bias * LOG2_E
-                if const_expr(masked):
+                if const_expr(fill):
+                    acc_S_mn[i, j] = bias * scale
+                elif const_expr(masked):
                     d = qa - n0 - c
                     s = acc_S_mn[i, j] * scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
                     visible = d >= 0 and d <= window and n0 + c < kv_len
@@ -954,22 +956,20 @@ class RelAttnFwdSm90:
         if in_band:
             self._release(pipe_b, b_state)
 
+    def _half_count(self, count: int, page_size):
+        """The arrivals on one bias barrier of ``bias_per_wg``, where ``count`` arrive on the one
+        buffer's: half of them (with ``"tile_pages"``, only when a page is one tile)."""
+        if self.bias_per_wg == "tile_pages":
+            return cutlass.select_(page_size == self.tile_n, Int32(count // 2), Int32(count))
+        return count // 2
+
     @cute.jit
-    def _bias_into_acc(self, acc_S, row_qabs, tScS_mn, sB, pipe_b, it, n, inv_scale, b_half):
-        """``acc_S = bias / softmax_scale`` for unmasked band tile ``n`` (iteration ``it``), from the
-        staged bias (waited for, then handed back), before its QK GEMM accumulates onto it."""
-        tile_n = self.tile_n
-        acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
-        b_state = self._bias_state(it, b_half)
-        pipe_b.consumer_wait(b_state)
-        n0 = n * tile_n
-        for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
-            qa = row_qabs[i]
-            r = tScS_mn[i, 0][0]
-            base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
-            for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
-                acc_S_mn[i, j] = sB[r, base - tScS_mn[0, j][1]].to(Float32) * inv_scale
-        self._release(pipe_b, b_state)
+    def _bias_half(self, half, page_size):
+        """The bias barrier pair of the rows of consumer warpgroup ``half``: its own with
+        ``bias_per_wg`` (with ``"tile_pages"``, only when a page is one tile), else the one buffer's."""
+        if const_expr(self.bias_per_wg == "tile_pages"):
+            half = cutlass.select_(page_size == self.tile_n, half, Int32(0))
+        return half
 
     def _bias_state(self, it, b_half):
         """The consumers' pipeline position of the bias of band tile ``it`` in half ``b_half``
