@@ -67,9 +67,7 @@ VARIANTS = {
     "nofence": dict(consumer_fence=False),
     "nopingpong": dict(pingpong=False),
     "allplain": dict(debug_all_plain=True),
-    # TMA page loads of K/V: listed for page-128 cases only (page_size == tile_n; at other page
-    # sizes the kernel gathers every tile, so --probe tma_kv checks both paths)
-    "tma_kv": dict(tma_kv=True),
+    # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
     "no_smem_epi": dict(smem_epilogue=False),
