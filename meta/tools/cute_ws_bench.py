@@ -45,14 +45,14 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("no_bias_per_wg", "bias_before_qk"),
-    "prefill8k_global_page16": ("no_bias_per_wg", "bias_before_qk"),
-    "prefill8k_sliding_page128": ("no_bias_per_wg", "bias_before_qk"),
-    "chunk2k_on16k_x4_page16": ("no_bias_per_wg",),
-    "serving_chunk2k_decodes63_global_page16": ("no_bias_per_wg",),
-    "prefill32k_global_page128": ("no_bias_per_wg", "bias_before_qk"),
-    "serving_chunk2k_decodes63_sliding_page128": ("no_bias_per_wg",),
-    "chunk2k_on16k_x4_sliding_page128": ("no_bias_per_wg",),
+    "prefill8k_global_page128": ("bias_before_qk",),
+    "prefill8k_global_page16": ("bias_before_qk",),
+    "prefill8k_sliding_page128": ("bias_before_qk",),
+    "chunk2k_on16k_x4_page16": ("bias_before_qk",),
+    "serving_chunk2k_decodes63_global_page16": ("bias_before_qk",),
+    "prefill32k_global_page128": ("bias_before_qk",),
+    "serving_chunk2k_decodes63_sliding_page128": ("bias_before_qk",),
+    "chunk2k_on16k_x4_sliding_page128": ("bias_before_qk",),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
