@@ -139,28 +139,6 @@ def test_cute_compile_epilogue_stores(option, stores):
         assert not re.search(r"st\.global\.b32", ptx)
 
 
-@pytest.mark.slow
-def test_cute_compile_bias_before_qk(tmp_path):
-    """The ``bias_before_qk`` option (not in SCHEDULE, not yet run on the GPU): the loop's QK GEMM
-    is issued in two branches, onto a zero accumulator and onto the staged bias, so the PTX holds
-    more QK wgmma instructions than the build's, the option refuses to run without
-    ``band_split``, and ptxas spills nothing."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
-
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
-    built = cute_runtime.compile_with(lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags), arch="sm_90a", ptx=True)
-    moved = cute_runtime.compile_with(
-        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_before_qk=True), arch="sm_90a", ptx=True
-    )
-    _check_hopper_ptx(moved.ptx)
-    qk = r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32"
-    assert len(re.findall(qk, moved.ptx)) > len(re.findall(qk, built.ptx))
-    with pytest.raises(ValueError, match="needs band_split"):
-        cute_fwd_sm90.RelAttnFwdSm90(config, bias_before_qk=True, band_split=False)
-    spills = _ptxas_spills(moved.ptx, tmp_path)
-    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
-
-
 def _ptxas_spills(ptx: str, tmp_path) -> list[tuple[str, str]] | None:
     """ptxas's (spill store bytes, spill load bytes) per function of ``ptx``; None without ptxas."""
     if shutil.which("ptxas") is None:

@@ -214,19 +214,20 @@ class RelAttnFwdSm90:
       that warpgroup has read it, instead of waiting for both (the single buffer's refill then
       has a whole iteration of lead, not half of one). ``"tile_pages"``: only when the page size
       is ``tile_n`` (a runtime choice; at other page sizes one buffer, as without the option).
-    - ``bias_before_qk`` (with ``band_split``): an unmasked band tile's bias, divided by
-      ``softmax_scale``, is written into its fresh S accumulator before its QK GEMM is issued, and
-      the GEMM accumulates onto it, so the tile then takes the plain tile's softmax: the bias
-      loads and converts run before the warpgroup's turn, off the path from S to P. Not for the
-      first key tile (the diagonal), whose GEMM is issued before the loop.
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
+    - ``debug_bias_staging`` (timing only, a wrong answer): ``"none"``, the producer acquires and
+      commits each band tile's bias buffer without copying anything into it (the consumers do all
+      their bias work on stale shared memory); ``"hot"``, every row copies the slice of the
+      request's first token instead of its own (the same few KB for the whole grid: L2 hits).
+      Against the build and ``debug_all_plain`` they split a band tile's cost into the staging's
+      latency, the consumers' bias work and the rest.
     """
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
-                 debug_all_plain: bool = False, fence_gathered_only: bool = False, bias_per_wg: bool = False,
-                 bias_before_qk: bool = False,
+                 debug_all_plain: bool = False, debug_bias_staging: str = "", fence_gathered_only: bool = False,
+                 bias_per_wg: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -246,13 +247,11 @@ class RelAttnFwdSm90:
         self.release_per_warp = release_per_warp
         self.consumer_fence = consumer_fence
         self.debug_all_plain = debug_all_plain
+        if debug_bias_staging not in ("", "none", "hot"):
+            raise ValueError(f"debug_bias_staging is {debug_bias_staging!r}; expected '', 'none' or 'hot'")
+        self.debug_bias_staging = debug_bias_staging
         self.fence_gathered_only = fence_gathered_only
         self.bias_per_wg = bias_per_wg
-        if bias_before_qk and not band_split:
-            raise ValueError(
-                f"bias_before_qk=True needs band_split=True (it moves the unmasked band tiles' bias); got band_split={band_split!r}"
-            )
-        self.bias_before_qk = bias_before_qk
         #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
         self.bias_halves = 2 if bias_per_wg else 1
         if bias_per_wg not in (False, True, "tile_pages"):
@@ -650,13 +649,18 @@ class RelAttnFwdSm90:
             # thread t stages row t, which the consumer warpgroup t // 64 reads
             state = _state(2, it, self._bias_half(tidx // (PRODUCER_THREADS // 2), page_size), (it % 2) ^ 1)
         pipe.producer_acquire(state)
+        # the rows that stage their slice: those of the request's tokens (none with debug_bias_staging="none")
+        staged_len = Int32(0) if const_expr(self.debug_bias_staging == "none") else q_len
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
             tok = row // self.group
             d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
-            if tok < q_len:
-                src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
+            src_tok = tok
+            if const_expr(self.debug_bias_staging == "hot"):
+                src_tok = 0
+            if tok < staged_len:
+                src_row = mRel[q_start + src_tok, q_head0 + row % self.group, None]
                 for k in cutlass.range_constexpr(self.bias_width // CHUNK):
                     d = d0 + k * CHUNK
                     if d >= 0 and d < rel_extent:
@@ -678,8 +682,6 @@ class RelAttnFwdSm90:
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
         pipe_k, pipe_v, pipe_b = pipes
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
-        # bias_before_qk: the bias in units of the raw scores (S = Q K^T before softmax_scale)
-        inv_scale = LOG2_E / scale_log2
         # the bias half this warpgroup reads (bias_per_wg), else the one buffer
         b_half = self._bias_half(wg_idx, page_size)
         # V seen as the (head_dim, tile_n) B operand of O += P V
@@ -746,8 +748,7 @@ class RelAttnFwdSm90:
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
             self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
-                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
-                         False)  # fmt: skip
+                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
@@ -758,20 +759,8 @@ class RelAttnFwdSm90:
                 self._wait_tile(pipe_k, k_state, n, kv_len, page_size)
                 # S of this tile (a fresh accumulator: see fresh_scores)
                 acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
-                if const_expr(self.bias_before_qk):
-                    if n >= bias_lo and n < bias_hi:
-                        # S = bias / softmax_scale, the QK GEMM accumulating onto it
-                        acc_T_mn = cute.make_tensor(acc_T.iterator, _acc_mn_layout(acc_T.layout))
-                        self._band_scores(acc_T_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent,
-                                          window, kv_len, inv_scale, b_half, False, False, True)  # fmt: skip
-                        self._sched_wait(wg_idx)
-                        self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], False)
-                    else:
-                        self._sched_wait(wg_idx)
-                        self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
-                else:
-                    self._sched_wait(wg_idx)
-                    self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
+                self._sched_wait(wg_idx)
+                self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
                 if const_expr(self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
                 self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
@@ -780,8 +769,7 @@ class RelAttnFwdSm90:
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
                 self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
-                             self.bias_before_qk)  # fmt: skip
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 if const_expr(not self.late_rescale):
@@ -885,17 +873,12 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, plain_lo,
-                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
-                biased_before: cutlass.Constexpr):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
         """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place: plain tiles scale
-        only; band tiles mask and add the staged bias (waiting for it when the tile stages any).
-        ``biased_before``: the unmasked band tiles' bias is already in ``acc_S``
-        (:meth:`_band_scores` with ``fill``), so they take the plain tiles' softmax."""
+        only; band tiles mask and add the staged bias (waiting for it when the tile stages any)."""
         tile_n = self.tile_n
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
-        if const_expr(biased_before):
-            is_plain = is_plain or (n >= bias_lo and n < bias_hi)
         if const_expr(self.debug_all_plain):
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
         elif is_plain:
@@ -905,28 +888,26 @@ class RelAttnFwdSm90:
             scale = scale_log2 * (1.0 / LOG2_E)
             if n >= bias_lo and n < bias_hi:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, False, False, False)  # fmt: skip
+                                  kv_len, scale, b_half, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, True, False, False)  # fmt: skip
+                                  kv_len, scale, b_half, True, False)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
             self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                              scale_log2, b_half, True, True, False)  # fmt: skip
+                              scale_log2, b_half, True, True)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
 
     @cute.jit
     def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                     scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr,
-                     fill: cutlass.Constexpr):  # fmt: skip
+                     scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
         """The scores of band tile ``n`` (iteration ``it``), in place: ``S * scale + bias`` (in
         natural units; with ``log2_units``, ``scale`` is ``softmax_scale * log2(e)`` and the bias
         is multiplied by log2(e) too), with, when ``masked``, the bias selected away at ``d >= E``
         and the invisible elements set to -inf. Unmasked tiles (``band_split``: every element
         visible, every ``0 <= d < E``) are in the band by construction and always wait for their
-        bias; a masked tile waits when it is one of the first ``num_band``. With ``fill`` (unmasked,
-        natural units; ``bias_before_qk``) the tile's scores are not read: ``acc = bias * scale``."""
+        bias; a masked tile waits when it is one of the first ``num_band``."""
         tile_n = self.tile_n
         in_band = it < num_band
         if const_expr(not masked):
@@ -944,9 +925,7 @@ class RelAttnFwdSm90:
                 bias = sB[r, base - c].to(Float32)
                 if const_expr(log2_units):
                     bias = bias * LOG2_E
-                if const_expr(fill):
-                    acc_S_mn[i, j] = bias * scale
-                elif const_expr(masked):
+                if const_expr(masked):
                     d = qa - n0 - c
                     s = acc_S_mn[i, j] * scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
                     visible = d >= 0 and d <= window and n0 + c < kv_len
