@@ -45,10 +45,12 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("allplain", "bias_nostage", "bias_hot"),
-    "prefill8k_global_page16": ("allplain", "bias_nostage", "bias_hot"),
-    "prefill8k_sliding_page128": ("allplain", "bias_nostage", "bias_hot"),
-    "prefill32k_global_page128": ("allplain", "bias_nostage", "bias_hot"),
+    "prefill8k_global_page128": ("bias_ring", "bias_ring_all", "bias_ahead1", "bias_ahead2", "bias_ring_ahead1"),
+    "prefill8k_global_page16": ("bias_ring", "bias_ring_all", "bias_ahead1", "bias_ahead2", "bias_ring_ahead1"),
+    "prefill8k_sliding_page128": ("bias_ring", "bias_ring_all", "bias_ahead1", "bias_ahead2", "bias_ring_ahead1"),
+    "prefill32k_global_page128": ("bias_ring", "bias_ring_all", "bias_ahead1", "bias_ahead2", "bias_ring_ahead1"),
+    "serving_chunk2k_decodes63_global_page16": ("bias_ring", "bias_ring_all", "bias_ahead1", "bias_ahead2", "bias_ring_ahead1"),
+    "prefill8k_sliding_page16": ("bias_ring", "bias_ring_all", "bias_ahead1", "bias_ahead2", "bias_ring_ahead1"),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
@@ -67,6 +69,13 @@ VARIANTS = {
     # from the request's first token (L2-hot): the staging's cost, by difference with the build
     "bias_nostage": dict(debug_bias_staging="none"),
     "bias_hot": dict(debug_bias_staging="hot"),
+    # three 64-row bias slots in a ring (at page 128; at every page size with _all)
+    "bias_ring": dict(bias_ring=True),
+    "bias_ring_all": dict(bias_ring=True, bias_per_wg=True),
+    # each staged row also asks L2 for its slice of the band tile 1 / 2 ahead
+    "bias_ahead1": dict(bias_l2_ahead=1),
+    "bias_ahead2": dict(bias_l2_ahead=2),
+    "bias_ring_ahead1": dict(bias_ring=True, bias_l2_ahead=1),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
