@@ -210,3 +210,28 @@ def test_cute_keys_share_a_compiled_config():
     c = planning.plan(_problem(page=128), HOPPER, backend="cute")
     assert c.key.page_size != a.key.page_size and cute_backend.fwd_config(c.key) == cute_backend.fwd_config(a.key)
     assert a.launch == cute_backend.fwd_config(a.key) and a.workspace_bytes == 0
+
+
+def test_cute_ws_bench_variants_are_kernel_options():
+    """Every variant ``meta/tools/cute_ws_bench.py`` times (and every one its cases name) is a
+    valid set of :class:`RelAttnFwdSm90` options over SCHEDULE, so a deleted option cannot linger
+    in the bench (no compile: the constructor checks the options)."""
+    import importlib.util
+    import pathlib
+
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "meta" / "tools" / "cute_ws_bench.py"
+    spec = importlib.util.spec_from_file_location("cute_ws_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    for name, options in bench.VARIANTS.items():
+        try:
+            cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, **options})
+        except TypeError as e:
+            pytest.fail(f"cute_ws_bench variant {name!r} ({options}) is not a set of kernel options: {e}")
+    named = {v for variants in bench.VARIANT_CASES.values() for v in variants}
+    assert named <= set(bench.VARIANTS), f"VARIANT_CASES names unknown variants: {sorted(named - set(bench.VARIANTS))}"
+    assert set(bench.VARIANT_CASES) <= set(bench.CASES)
+    assert bench.UNCHECKED <= set(bench.VARIANTS)

@@ -53,9 +53,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as hopper
 from cutlass import Float32, Int32, Int64, const_expr
-from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warpgroup
-from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.tensor_utils import LayoutEnum
 
 LOG2_E = math.log2(math.e)
@@ -161,21 +159,6 @@ def _shuffle_i64(value, lane, width: cutlass.Constexpr):
     return cell[0]
 
 
-@dsl_user_op
-def _prefetch_l2(address: Int64, size: Int32, *, loc=None, ip=None) -> None:
-    """``cp.async.bulk.prefetch.L2.global [address], size``: bring ``size`` bytes (a multiple of
-    16, ``address`` 16-byte aligned) into L2, asynchronously, writing nothing."""
-    llvm.inline_asm(
-        None,
-        [Int64(address).ir_value(loc=loc, ip=ip), Int32(size).ir_value(loc=loc, ip=ip)],
-        "cp.async.bulk.prefetch.L2.global [$0], $1;",
-        "l,r",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-    )
-
-
 def _state(stages: int, count, index, phase) -> pipeline.PipelineState:
     """The pipeline position of use number ``count``, from values the caller computes."""
     return pipeline.PipelineState(stages, Int32(count), Int32(index), Int32(phase))
@@ -233,26 +216,16 @@ class RelAttnFwdSm90:
       is ``tile_n`` (a runtime choice; at other page sizes one buffer, as without the option).
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
-    - ``bias_ring`` (with ``bias_per_wg``): three 64-row bias slots in a ring instead of one
-      per warpgroup; use ``u = 2 * it + warpgroup`` goes to slot ``u % 3``. The producer's refill
-      of a warpgroup's slot then waits for the *other* warpgroup's previous tile (half an
-      iteration earlier) instead of this warpgroup's: a whole iteration of lead, not half of one.
-      17 KB more shared memory (216 KB in all at head_dim 128).
-    - ``bias_l2_ahead`` (tiles, 0: off): when a producer thread stages its row's slice for band
-      tile ``it``, it also asks L2 (one bulk prefetch) for the row's slice of band tile
-      ``it + bias_l2_ahead``, so that copy, when it comes, reads L2 instead of DRAM.
-    - ``debug_bias_staging`` (timing only, a wrong answer): ``"none"``, the producer acquires and
-      commits each band tile's bias buffer without copying anything into it (the consumers do all
-      their bias work on stale shared memory); ``"hot"``, every row copies the slice of the
-      request's first token instead of its own (the same few KB for the whole grid: L2 hits).
-      Against the build and ``debug_all_plain`` they split a band tile's cost into the staging's
-      latency, the consumers' bias work and the rest.
+    - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
+      each band tile's bias buffer without copying anything into it, so the consumers do all their
+      bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
+      tile's extra cost into the staging's and the consumers' shares.
     """
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
-                 debug_all_plain: bool = False, debug_bias_staging: str = "", fence_gathered_only: bool = False,
-                 bias_per_wg: bool = False, bias_ring: bool = False, bias_l2_ahead: int = 0,
+                 debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
+                 bias_per_wg: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -272,20 +245,13 @@ class RelAttnFwdSm90:
         self.release_per_warp = release_per_warp
         self.consumer_fence = consumer_fence
         self.debug_all_plain = debug_all_plain
-        if debug_bias_staging not in ("", "none", "hot"):
-            raise ValueError(f"debug_bias_staging is {debug_bias_staging!r}; expected '', 'none' or 'hot'")
-        self.debug_bias_staging = debug_bias_staging
-        self.bias_l2_ahead = bias_l2_ahead
+        self.debug_skip_bias_copies = debug_skip_bias_copies
         self.fence_gathered_only = fence_gathered_only
         self.bias_per_wg = bias_per_wg
+        #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
+        self.bias_halves = 2 if bias_per_wg else 1
         if bias_per_wg not in (False, True, "tile_pages"):
             raise ValueError(f"bias_per_wg is {bias_per_wg!r}; expected False, True or 'tile_pages'")
-        if bias_ring and not bias_per_wg:
-            raise ValueError(f"bias_ring=True needs bias_per_wg (its slots are warpgroup halves); got bias_per_wg={bias_per_wg!r}")
-        self.bias_ring = bias_ring
-        #: bias barriers (full / empty pairs) and 64-row slots: one a consumer warpgroup with
-        #: bias_per_wg, three in a ring with bias_ring (a single buffer is two slots)
-        self.bias_halves = 3 if bias_ring else 2 if bias_per_wg else 1
         self.fresh_scores = fresh_scores
         self.page_reuse = page_reuse
         self.tma_kv = tma_kv
@@ -348,8 +314,7 @@ class RelAttnFwdSm90:
         )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
         sKV_layout = self._smem_layout(self.tile_n, STAGES)
-        bias_rows = self.tile_m + (64 if self.bias_ring else 0)
-        sB_layout = cute.make_layout((bias_rows, self.bias_width), stride=(self.bias_width, 1))
+        sB_layout = cute.make_layout((self.tile_m, self.bias_width), stride=(self.bias_width, 1))
 
         @cute.struct
         class SharedStorage:
@@ -536,7 +501,7 @@ class RelAttnFwdSm90:
                 self._copy_rows(mK, sK, 0, pipe_k, kv_head, page_k, slot_k, thr_copy, tTcT, copy_atom)
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], num_band)  # fmt: skip
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     page_v, slot_v = page_k, slot_k
@@ -546,13 +511,13 @@ class RelAttnFwdSm90:
                     self._copy_rows(mV, sV, it, pipe_v, kv_head, page_v, slot_v, thr_copy, tTcT, copy_atom)
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], num_band)  # fmt: skip
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
             else:
                 self._load_kv(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
                               thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], num_band)  # fmt: skip
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     if it + 1 < n_tiles:
@@ -562,7 +527,7 @@ class RelAttnFwdSm90:
                                   tTcT, copy_atom, pages_v)  # fmt: skip
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], num_band)  # fmt: skip
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -670,47 +635,34 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _load_bias(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
-                   copy_atom, page_size, num_band):  # fmt: skip
+                   copy_atom, page_size):  # fmt: skip
         """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
         thread), the distances ``[d0, d0 + bias_width)`` of its rel_logits row,
         ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
         16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
-        # thread t stages row t, which the consumer warpgroup t // 64 reads (bias_per_wg)
-        half = self._bias_half(tidx // (PRODUCER_THREADS // 2), page_size)
-        slot, phase = self._bias_slot(it, half, page_size)
-        state = _state(self.bias_halves, it, slot, phase ^ 1)
-        # where row r of the tile lives in sB: r + shift (a ring slot's rows)
-        shift = (slot - half) * 64 if const_expr(self.bias_ring) else Int32(0)
+        state = _state(1, it, 0, (it % 2) ^ 1)
+        if const_expr(self.bias_per_wg):
+            # thread t stages row t, which the consumer warpgroup t // 64 reads
+            state = _state(2, it, self._bias_half(tidx // (PRODUCER_THREADS // 2), page_size), (it % 2) ^ 1)
         pipe.producer_acquire(state)
-        # the rows that stage their slice: those of the request's tokens (none with debug_bias_staging="none")
-        staged_len = Int32(0) if const_expr(self.debug_bias_staging == "none") else q_len
+        # the rows that stage their slice: those of the request's tokens (none with debug_skip_bias_copies)
+        staged_len = Int32(0) if const_expr(self.debug_skip_bias_copies) else q_len
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
             tok = row // self.group
             d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
-            src_tok = tok
-            if const_expr(self.debug_bias_staging == "hot"):
-                src_tok = 0
             if tok < staged_len:
-                src_row = mRel[q_start + src_tok, q_head0 + row % self.group, None]
+                src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
                 for k in cutlass.range_constexpr(self.bias_width // CHUNK):
                     d = d0 + k * CHUNK
                     if d >= 0 and d < rel_extent:
-                        address = (sB.iterator + ((r + shift) * self.bias_width + k * CHUNK)).toint()
+                        address = (sB.iterator + (r * self.bias_width + k * CHUNK)).toint()
                         dst_ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=16)
                         dst = cute.make_tensor(dst_ptr, cute.make_layout(CHUNK))
                         src_address = (src_row.iterator + d).toint()
                         src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=16)
                         cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
-                if const_expr(self.bias_l2_ahead > 0):
-                    # the same row's slice of band tile it + bias_l2_ahead, into L2
-                    if it + self.bias_l2_ahead < num_band:
-                        ahead = d0 + self.bias_l2_ahead * self.tile_n
-                        lo = cutlass.max(ahead, 0)
-                        hi = cutlass.min(ahead + self.bias_width, rel_extent) & ~(CHUNK - 1)
-                        if hi > lo:
-                            _prefetch_l2((src_row.iterator + lo).toint(), (hi - lo) * (self.dtype.width // 8))
         pipe.producer_commit(state)
 
     @cute.jit
@@ -789,7 +741,7 @@ class RelAttnFwdSm90:
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
             self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
-                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half, page_size)  # fmt: skip
+                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
@@ -810,7 +762,7 @@ class RelAttnFwdSm90:
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
                 self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half, page_size)  # fmt: skip
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 if const_expr(not self.late_rescale):
@@ -914,7 +866,7 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, plain_lo,
-                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half, page_size):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
         """Scores of key tile ``n`` (iteration ``it``) to probabilities, in place: plain tiles scale
         only; band tiles mask and add the staged bias (waiting for it when the tile stages any)."""
         tile_n = self.tile_n
@@ -929,20 +881,20 @@ class RelAttnFwdSm90:
             scale = scale_log2 * (1.0 / LOG2_E)
             if n >= bias_lo and n < bias_hi:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, page_size, False, False)  # fmt: skip
+                                  kv_len, scale, b_half, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, page_size, True, False)  # fmt: skip
+                                  kv_len, scale, b_half, True, False)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
             self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                              scale_log2, b_half, page_size, True, True)  # fmt: skip
+                              scale_log2, b_half, True, True)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
 
     @cute.jit
     def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band, rel_extent, window, kv_len,
-                     scale, b_half, page_size, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
+                     scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
         """The scores of band tile ``n`` (iteration ``it``), in place: ``S * scale + bias`` (in
         natural units; with ``log2_units``, ``scale`` is ``softmax_scale * log2(e)`` and the bias
         is multiplied by log2(e) too), with, when ``masked``, the bias selected away at ``d >= E``
@@ -953,9 +905,7 @@ class RelAttnFwdSm90:
         in_band = it < num_band
         if const_expr(not masked):
             in_band = True
-        slot, phase = self._bias_slot(it, b_half, page_size)
-        b_state = _state(self.bias_halves, it, slot, phase)
-        shift = (slot - b_half) * 64 if const_expr(self.bias_ring) else Int32(0)
+        b_state = self._bias_state(it, b_half)
         if in_band:
             pipe_b.consumer_wait(b_state)
         n0 = n * tile_n
@@ -965,7 +915,7 @@ class RelAttnFwdSm90:
             base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
             for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                 c = tScS_mn[0, j][1]
-                bias = sB[r + shift, base - c].to(Float32)
+                bias = sB[r, base - c].to(Float32)
                 if const_expr(log2_units):
                     bias = bias * LOG2_E
                 if const_expr(masked):
@@ -993,25 +943,12 @@ class RelAttnFwdSm90:
             half = cutlass.select_(page_size == self.tile_n, half, Int32(0))
         return half
 
-    def _bias_slot(self, it, half, page_size):
-        """(barrier index, consumer phase) of the bias of band tile ``it`` for the rows of
-        warpgroup ``half`` (from :meth:`_bias_half`): the half's own pair with ``bias_per_wg``,
-        slot ``u % 3`` of use ``u = 2 * it + half`` with ``bias_ring`` (when the halves are in use),
-        else the one buffer's."""
-        if const_expr(self.bias_ring):
-            u = 2 * it + half
-            split = self._bias_split(page_size)
-            return cutlass.select_(split, u % 3, Int32(0)), cutlass.select_(split, (u // 3) % 2, it % 2)
+    def _bias_state(self, it, b_half):
+        """The consumers' pipeline position of the bias of band tile ``it`` in half ``b_half``
+        (``bias_per_wg``; else the one buffer)."""
         if const_expr(self.bias_per_wg):
-            return half, it % 2
-        return Int32(0), it % 2
-
-    def _bias_split(self, page_size):
-        """Whether the bias buffer is in per-warpgroup halves (``bias_per_wg``; with
-        ``"tile_pages"``, only when a page is one tile)."""
-        if self.bias_per_wg == "tile_pages":
-            return page_size == self.tile_n
-        return Int32(1) == Int32(1)
+            return _state(2, it, b_half, it % 2)
+        return _state(1, it, 0, it % 2)
 
     @cute.jit
     def _to_operand(self, acc_S, rP):
