@@ -534,7 +534,7 @@ class RelAttnFwdSm90:
                     self._load_bias(mRel, sB, first()[1], pipe_b, q_start, q_len, q_head0, offset, m_block,
                                     first()[0] * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
-                    n = n_end - 1 - it
+                    n = self._walk(it, rot, n_end, n_tiles, num_band)[0]
                     nxt = lambda: self._next_tile(it, n, rot, n_end, n_tiles, num_band)  # noqa: E731
                     page_v, slot_v = page_k, slot_k
                     if it + 1 < n_tiles:
