@@ -142,8 +142,8 @@ def test_cute_compile_epilogue_stores(option, stores):
 @pytest.mark.slow
 def test_cute_compile_band_rotation(tmp_path):
     """``band_rotation`` (off in SCHEDULE, not yet run on the GPU) builds a Hopper kernel with no
-    spills, and the build without it is unchanged by its code: the walk's modulo appears only in
-    the rotated kernel (its start, ``m_block_index * num_band mod n_tiles``)."""
+    spills, and its walk is compiled in only when asked for: the modulo of its start
+    (``m_block_index * num_band mod n_tiles``) is in the rotated kernel and not in the build."""
     from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)

@@ -161,11 +161,12 @@ def _shuffle_i64(value, lane, width: cutlass.Constexpr):
 
 def rotated_walk(it, rot, n_end, n_tiles, num_band, select):
     """``band_rotation``'s walk: (key tile, bias use) of iteration ``it`` of a CTA whose walk
-    starts ``rot`` tiles below the diagonal and wraps (``0 <= rot < n_tiles``, ``0 <= it <= n_tiles``). The band tiles
-    are the ``num_band`` tiles at the top of the range (positions ``0 .. num_band - 1`` from the
-    diagonal); the bias use is a band tile's index among them *in walk order* (its bias pipeline
-    slot), or ``num_band`` for a tile that stages no bias (and for ``it >= n_tiles``). Pure arithmetic: ``select(c, a, b)`` is
-    ``cutlass.select_`` in the kernel and a Python conditional in the tests.
+    starts ``rot`` tiles below the diagonal and wraps (``0 <= rot < n_tiles``,
+    ``0 <= it <= n_tiles``). The band tiles are the ``num_band`` tiles at the top of the range
+    (positions ``0 .. num_band - 1`` from the diagonal); the bias use is a band tile's index among
+    them *in walk order* (its bias pipeline slot), or ``num_band`` for a tile that stages no bias
+    (and for ``it >= n_tiles``). Pure arithmetic: ``select(c, a, b)`` is ``cutlass.select_`` in the
+    kernel and a Python conditional in the tests.
 
     Equivalent Python: ``pos = (it + rot) % n_tiles``; the tile is ``n_end - 1 - pos``; the use
     counts the walk's earlier iterations whose position is below ``num_band``."""
@@ -248,8 +249,8 @@ class RelAttnFwdSm90:
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
-                 debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, band_rotation: bool = False, fence_gathered_only: bool = False,
-                 bias_per_wg: bool = False,
+                 debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, band_rotation: bool = False,
+                 fence_gathered_only: bool = False, bias_per_wg: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -523,8 +524,9 @@ class RelAttnFwdSm90:
             pages_k = self._page_copies(tma_k, sK, kv_head)
             pages_v = self._page_copies(tma_v, sV, kv_head)
         if n_tiles > 0:
-            # iteration 0's (key tile, bias use), evaluated where each is used
-            first = lambda: self._first_tile(rot, n_end, n_tiles, num_band)  # noqa: E731
+            # iteration 0's (key tile, bias use) and, in the loop, iteration it + 1's, evaluated at
+            # each use, where the walk's expressions stood before band_rotation (same PTX)
+            first = lambda: self._walk(0, rot, n_end, n_tiles, num_band)  # noqa: E731
             if const_expr(self.page_reuse and not self.tma_kv):
                 # one block-table lookup a key tile, serving its K copy and, an iteration later,
                 # its V copy; the next tile's lookup is issued before this tile's copies
@@ -589,14 +591,9 @@ class RelAttnFwdSm90:
             return rotated_walk(it, rot, n_end, n_tiles, num_band, cutlass.select_)
         return n_end - 1 - it, it
 
-    def _first_tile(self, rot, n_end, n_tiles, num_band):
-        """:meth:`_walk` of iteration 0."""
-        if const_expr(self.band_rotation):
-            return rotated_walk(0, rot, n_end, n_tiles, num_band, cutlass.select_)
-        return n_end - 1, 0
-
     def _next_tile(self, it, n, rot, n_end, n_tiles, num_band):
-        """:meth:`_walk` of iteration ``it + 1``, from iteration ``it``'s tile ``n``."""
+        """:meth:`_walk` of iteration ``it + 1``, from iteration ``it``'s tile ``n`` (without
+        ``band_rotation``, ``n - 1``: the expression the build was measured with)."""
         if const_expr(self.band_rotation):
             return rotated_walk(it + 1, rot, n_end, n_tiles, num_band, cutlass.select_)
         return n - 1, it + 1
@@ -686,16 +683,18 @@ class RelAttnFwdSm90:
         pipe.producer_commit(state)
 
     @cute.jit
-    def _load_bias(self, mRel, sB, it, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
+    def _load_bias(self, mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
                    copy_atom, page_size):  # fmt: skip
         """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
         thread), the distances ``[d0, d0 + bias_width)`` of its rel_logits row,
         ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
-        16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them)."""
-        state = _state(1, it, 0, (it % 2) ^ 1)
+        16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them). ``bias_use``:
+        the tile's index among the walk's band tiles (its place in the bias pipeline)."""
+        state = _state(1, bias_use, 0, (bias_use % 2) ^ 1)
         if const_expr(self.bias_per_wg):
             # thread t stages row t, which the consumer warpgroup t // 64 reads
-            state = _state(2, it, self._bias_half(tidx // (PRODUCER_THREADS // 2), page_size), (it % 2) ^ 1)
+            half = self._bias_half(tidx // (PRODUCER_THREADS // 2), page_size)
+            state = _state(2, bias_use, half, (bias_use % 2) ^ 1)
         pipe.producer_acquire(state)
         # the rows that stage their slice: those of the request's tokens (none with debug_skip_bias_copies)
         staged_len = Int32(0) if const_expr(self.debug_skip_bias_copies) else q_len
@@ -786,20 +785,24 @@ class RelAttnFwdSm90:
                     cute.arch.barrier_arrive(barrier_id=BAR_SCHED, number_of_threads=self.num_mma_threads)
             # first tile: S_0, its softmax (O is zero, nothing to rescale)
             k_first = _state(STAGES, Int32(0), Int32(0), Int32(0))
-            first = lambda: self._first_tile(rot, n_end, n_tiles, num_band)  # noqa: E731
+            first = lambda: self._walk(0, rot, n_end, n_tiles, num_band)  # noqa: E731
             self._wait_tile(pipe_k, k_first, first()[0], kv_len, page_size)
             self._sched_wait(wg_idx)
             self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
             self._sched_signal(wg_idx, True)
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
-            self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, first()[1], first()[0], num_band,
-                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
+            self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, first()[1], first()[0],
+                         num_band, plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2,
+                         b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
                 n, use = self._walk(it, rot, n_end, n_tiles, num_band)
-                n_prev = self._walk(it - 1, rot, n_end, n_tiles, num_band)[0] if const_expr(self.band_rotation) else n + 1
+                # the previous iteration's tile, whose V this iteration's PV GEMM reads
+                n_prev = n + 1
+                if const_expr(self.band_rotation):
+                    n_prev = self._walk(it - 1, rot, n_end, n_tiles, num_band)[0]
                 stage = it % STAGES
                 k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
                 v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
@@ -951,12 +954,13 @@ class RelAttnFwdSm90:
     @cute.jit
     def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window, kv_len,
                      scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
-        """The scores of band tile ``n`` (iteration ``it``), in place: ``S * scale + bias`` (in
-        natural units; with ``log2_units``, ``scale`` is ``softmax_scale * log2(e)`` and the bias
-        is multiplied by log2(e) too), with, when ``masked``, the bias selected away at ``d >= E``
-        and the invisible elements set to -inf. Unmasked tiles (``band_split``: every element
-        visible, every ``0 <= d < E``) are in the band by construction and always wait for their
-        bias; a masked tile waits when it is one of the first ``num_band``."""
+        """The scores of band tile ``n`` (bias use ``bias_use``, as :meth:`_scores` says), in place:
+        ``S * scale + bias`` (in natural units; with ``log2_units``, ``scale`` is
+        ``softmax_scale * log2(e)`` and the bias is multiplied by log2(e) too), with, when
+        ``masked``, the bias selected away at ``d >= E`` and the invisible elements set to -inf.
+        Unmasked tiles (``band_split``: every element visible, every ``0 <= d < E``) are in the
+        band by construction and always wait for their bias; a masked tile waits when its bias use
+        is below ``num_band``."""
         tile_n = self.tile_n
         in_band = bias_use < num_band
         if const_expr(not masked):
@@ -999,12 +1003,12 @@ class RelAttnFwdSm90:
             half = cutlass.select_(page_size == self.tile_n, half, Int32(0))
         return half
 
-    def _bias_state(self, it, b_half):
-        """The consumers' pipeline position of the bias of band tile ``it`` in half ``b_half``
-        (``bias_per_wg``; else the one buffer)."""
+    def _bias_state(self, bias_use, b_half):
+        """The consumers' pipeline position of the bias of the band tile with use ``bias_use`` in
+        half ``b_half`` (``bias_per_wg``; else the one buffer)."""
         if const_expr(self.bias_per_wg):
-            return _state(2, it, b_half, it % 2)
-        return _state(1, it, 0, it % 2)
+            return _state(2, bias_use, b_half, bias_use % 2)
+        return _state(1, bias_use, 0, bias_use % 2)
 
     @cute.jit
     def _to_operand(self, acc_S, rP):
