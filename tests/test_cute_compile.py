@@ -139,24 +139,6 @@ def test_cute_compile_epilogue_stores(option, stores):
         assert not re.search(r"st\.global\.b32", ptx)
 
 
-@pytest.mark.slow
-def test_cute_compile_band_rotation(tmp_path):
-    """``band_rotation`` (off in SCHEDULE, not yet run on the GPU) builds a Hopper kernel with no
-    spills, and its walk is compiled in only when asked for: the modulo of its start
-    (``m_block_index * num_band mod n_tiles``) is in the rotated kernel and not in the build."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
-
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
-    built = cute_runtime.compile_with(lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags), arch="sm_90a", ptx=True)
-    rotated = cute_runtime.compile_with(
-        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, band_rotation=True), arch="sm_90a", ptx=True
-    )
-    _check_hopper_ptx(rotated.ptx)
-    assert re.search(r"rem\.s32", rotated.ptx) and not re.search(r"rem\.s32", built.ptx)
-    spills = _ptxas_spills(rotated.ptx, tmp_path)
-    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
-
-
 def _ptxas_spills(ptx: str, tmp_path) -> list[tuple[str, str]] | None:
     """ptxas's (spill store bytes, spill load bytes) per function of ``ptx``; None without ptxas."""
     if shutil.which("ptxas") is None:
@@ -253,29 +235,3 @@ def test_cute_ws_bench_variants_are_kernel_options():
     assert named <= set(bench.VARIANTS), f"VARIANT_CASES names unknown variants: {sorted(named - set(bench.VARIANTS))}"
     assert set(bench.VARIANT_CASES) <= set(bench.CASES)
     assert bench.UNCHECKED <= set(bench.VARIANTS)
-
-
-def test_cute_rotated_walk_visits_every_tile_once_with_bias_uses_in_order():
-    """``band_rotation``'s walk (pure arithmetic, here on Python ints): for every tile count, band
-    count and rotation, the walk visits each key tile of ``[n_end - n_tiles, n_end)`` once, the
-    iterations that stage bias are exactly those of the top ``num_band`` tiles, their bias uses are
-    ``0 .. num_band - 1`` in walk order (the pipeline's slot and phase order), and the producer's
-    look-ahead past the last iteration stages nothing."""
-    from inkling_ops.kernels.cute_fwd_sm90 import rotated_walk
-
-    def select(c, a, b):
-        return a if c else b
-
-    n_end = 40
-    for n_tiles in range(1, 13):
-        for num_band in range(0, n_tiles + 1):
-            for rot in range(n_tiles):
-                walk = [rotated_walk(it, rot, n_end, n_tiles, num_band, select) for it in range(n_tiles)]
-                tiles = [n for n, _ in walk]
-                case = f"n_tiles={n_tiles} num_band={num_band} rot={rot}: {walk}"
-                assert sorted(tiles) == list(range(n_end - n_tiles, n_end)), case
-                band = [use for n, use in walk if n >= n_end - num_band]
-                assert band == list(range(num_band)), case
-                assert all(use == num_band for n, use in walk if n < n_end - num_band), case
-                assert tiles[0] == n_end - 1 - rot, case
-                assert rotated_walk(n_tiles, rot, n_end, n_tiles, num_band, select)[1] == num_band, case

@@ -159,28 +159,6 @@ def _shuffle_i64(value, lane, width: cutlass.Constexpr):
     return cell[0]
 
 
-def rotated_walk(it, rot, n_end, n_tiles, num_band, select):
-    """``band_rotation``'s walk: (key tile, bias use) of iteration ``it`` of a CTA whose walk
-    starts ``rot`` tiles below the diagonal and wraps (``0 <= rot < n_tiles``,
-    ``0 <= it <= n_tiles``). The band tiles are the ``num_band`` tiles at the top of the range
-    (positions ``0 .. num_band - 1`` from the diagonal); the bias use is a band tile's index among
-    them *in walk order* (its bias pipeline slot), or ``num_band`` for a tile that stages no bias
-    (and for ``it >= n_tiles``). Pure arithmetic: ``select(c, a, b)`` is ``cutlass.select_`` in the
-    kernel and a Python conditional in the tests.
-
-    Equivalent Python: ``pos = (it + rot) % n_tiles``; the tile is ``n_end - 1 - pos``; the use
-    counts the walk's earlier iterations whose position is below ``num_band``."""
-    pos = it + rot
-    pos = select(pos >= n_tiles, pos - n_tiles, pos)
-    # the run of band positions [rot, num_band) comes first, then the wrapped [0, min(rot, num_band))
-    first_run = select(num_band > rot, num_band - rot, 0 * rot)
-    use = select(pos >= rot, pos - rot, first_run + pos)
-    use = select(pos < num_band, use, num_band + 0 * pos)
-    # past the walk's end (the producer asks for iteration it + 1): no bias
-    use = select(it < n_tiles, use, num_band + 0 * pos)
-    return n_end - 1 - pos, use
-
-
 def _state(stages: int, count, index, phase) -> pipeline.PipelineState:
     """The pipeline position of use number ``count``, from values the caller computes."""
     return pipeline.PipelineState(stages, Int32(count), Int32(index), Int32(phase))
@@ -238,9 +216,6 @@ class RelAttnFwdSm90:
       is ``tile_n`` (a runtime choice; at other page sizes one buffer, as without the option).
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
-    - ``band_rotation``: each CTA starts its walk ``rot = m_block_index * num_band mod n_tiles``
-      tiles below the diagonal and wraps (:func:`rotated_walk`), so the CTAs of one wave meet their
-      band tiles, whose bias comes from DRAM, at different times instead of all at their start.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -249,8 +224,8 @@ class RelAttnFwdSm90:
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
-                 debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, band_rotation: bool = False,
-                 fence_gathered_only: bool = False, bias_per_wg: bool = False,
+                 debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
+                 bias_per_wg: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -271,7 +246,6 @@ class RelAttnFwdSm90:
         self.consumer_fence = consumer_fence
         self.debug_all_plain = debug_all_plain
         self.debug_skip_bias_copies = debug_skip_bias_copies
-        self.band_rotation = band_rotation
         self.fence_gathered_only = fence_gathered_only
         self.bias_per_wg = bias_per_wg
         #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
@@ -484,24 +458,20 @@ class RelAttnFwdSm90:
             bias_hi = cutlass.max(qa_lo + 1, 0) // tile_n
             bias_lo = (cutlass.max(qa_hi - cutlass.min(rel_extent - 1, window), 0) + tile_n - 1) // tile_n
             q_head0 = kv_head * G
-            # band_rotation: where this CTA's walk starts, below the diagonal
-            rot = Int32(0)
-            if const_expr(self.band_rotation):
-                rot = cutlass.select_(n_tiles > 0, (m_rev * num_band) % cutlass.max(n_tiles, 1), Int32(0))
 
             if warp_idx < PRODUCER_THREADS // 32:
                 cute.arch.setmaxregister_decrease(self.producer_regs)
                 self._produce(
                     mK, mV, mRel, sK, sV, sB, mBlockTable[req, None], page_div, kv_head, kv_len, q_start, q_len,
                     q_head0, offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom,
-                    (tma_atom_k, tK_pages), (tma_atom_v, tV_pages), rot,
+                    (tma_atom_k, tK_pages), (tma_atom_v, tV_pages),
                 )  # fmt: skip
             else:
                 cute.arch.setmaxregister_increase(self.consumer_regs)
                 self._consume(
                     mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
                     plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, page_size, scale_log2, tidx - PRODUCER_THREADS, pipes,
-                    tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom, rot,
+                    tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom,
                 )  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -511,7 +481,7 @@ class RelAttnFwdSm90:
     @cute.jit
     def _produce(self, mK, mV, mRel, sK, sV, sB, block_row, page_div, kv_head, kv_len, q_start, q_len, q_head0,
                  offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom, tma_k,
-                 tma_v, rot):  # fmt: skip
+                 tma_v):  # fmt: skip
         """Issue the loads in the order the consumers use them: K of the next tile before V of the
         current one (QK of tile i + 1 is issued before PV of tile i), the bias of a band tile after.
         ``tma_k`` / ``tma_v``: (TMA atom, page coordinates) with ``tma_kv``, else (None, None)."""
@@ -524,45 +494,40 @@ class RelAttnFwdSm90:
             pages_k = self._page_copies(tma_k, sK, kv_head)
             pages_v = self._page_copies(tma_v, sV, kv_head)
         if n_tiles > 0:
-            # iteration 0's (key tile, bias use) and, in the loop, iteration it + 1's, evaluated at
-            # each use, where the walk's expressions stood before band_rotation (same PTX)
-            first = lambda: self._walk(0, rot, n_end, n_tiles, num_band)  # noqa: E731
             if const_expr(self.page_reuse and not self.tma_kv):
                 # one block-table lookup a key tile, serving its K copy and, an iteration later,
                 # its V copy; the next tile's lookup is issued before this tile's copies
-                page_k, slot_k = self._lookup(block_row, num_blocks, page_div, kv_len, first()[0], tTcT)
+                page_k, slot_k = self._lookup(block_row, num_blocks, page_div, kv_len, n_end - 1, tTcT)
                 self._copy_rows(mK, sK, 0, pipe_k, kv_head, page_k, slot_k, thr_copy, tTcT, copy_atom)
-                if first()[1] < num_band:
-                    self._load_bias(mRel, sB, first()[1], pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    first()[0] * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
+                if num_band > 0:
+                    self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
-                    n = self._walk(it, rot, n_end, n_tiles, num_band)[0]
-                    nxt = lambda: self._next_tile(it, n, rot, n_end, n_tiles, num_band)  # noqa: E731
+                    n = n_end - 1 - it
                     page_v, slot_v = page_k, slot_k
                     if it + 1 < n_tiles:
-                        page_k, slot_k = self._lookup(block_row, num_blocks, page_div, kv_len, nxt()[0], tTcT)
+                        page_k, slot_k = self._lookup(block_row, num_blocks, page_div, kv_len, n - 1, tTcT)
                         self._copy_rows(mK, sK, it + 1, pipe_k, kv_head, page_k, slot_k, thr_copy, tTcT, copy_atom)
                     self._copy_rows(mV, sV, it, pipe_v, kv_head, page_v, slot_v, thr_copy, tTcT, copy_atom)
-                    if nxt()[1] < num_band:
-                        self._load_bias(mRel, sB, nxt()[1], pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        nxt()[0] * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
+                    if it + 1 < num_band:
+                        self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
             else:
-                self._load_kv(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, first()[0],
+                self._load_kv(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
                               thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
-                if first()[1] < num_band:
-                    self._load_bias(mRel, sB, first()[1], pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    first()[0] * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
+                if num_band > 0:
+                    self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
-                    n = self._walk(it, rot, n_end, n_tiles, num_band)[0]
-                    nxt = lambda: self._next_tile(it, n, rot, n_end, n_tiles, num_band)  # noqa: E731
+                    n = n_end - 1 - it
                     if it + 1 < n_tiles:
                         self._load_kv(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len,
-                                      nxt()[0], thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
+                                      n - 1, thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
                     self._load_kv(mV, sV, it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy,
                                   tTcT, copy_atom, pages_v)  # fmt: skip
-                    if nxt()[1] < num_band:
-                        self._load_bias(mRel, sB, nxt()[1], pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        nxt()[0] * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
+                    if it + 1 < num_band:
+                        self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -583,20 +548,6 @@ class RelAttnFwdSm90:
             else:
                 self._load_rows(mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy,
                                 tTcT, copy_atom)  # fmt: skip
-
-    def _walk(self, it, rot, n_end, n_tiles, num_band):
-        """(key tile, bias use) of iteration ``it`` (:func:`rotated_walk` with ``band_rotation``;
-        else the diagonal downwards, the band tiles first: tile ``n_end - 1 - it``, use ``it``)."""
-        if const_expr(self.band_rotation):
-            return rotated_walk(it, rot, n_end, n_tiles, num_band, cutlass.select_)
-        return n_end - 1 - it, it
-
-    def _next_tile(self, it, n, rot, n_end, n_tiles, num_band):
-        """:meth:`_walk` of iteration ``it + 1``, from iteration ``it``'s tile ``n`` (without
-        ``band_rotation``, ``n - 1``: the expression the build was measured with)."""
-        if const_expr(self.band_rotation):
-            return rotated_walk(it + 1, rot, n_end, n_tiles, num_band, cutlass.select_)
-        return n - 1, it + 1
 
     @cute.jit
     def _tma_tile(self, n, kv_len, page_size):
@@ -719,7 +670,7 @@ class RelAttnFwdSm90:
     @cute.jit
     def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
                  plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, page_size, scale_log2, tidx, pipes,
-                 tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom, rot):  # fmt: skip
+                 tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom):  # fmt: skip
         """Per key tile ``i`` (FA3's intra-warpgroup overlap): issue ``S_i = Q K_i^T``, issue
         ``O += P_{i-1} V_{i-1}``, wait for S_i, mask / bias / online softmax of S_i while the PV GEMM
         runs, wait for it, rescale O. ``tidx`` counts from the first consumer thread."""
@@ -785,24 +736,18 @@ class RelAttnFwdSm90:
                     cute.arch.barrier_arrive(barrier_id=BAR_SCHED, number_of_threads=self.num_mma_threads)
             # first tile: S_0, its softmax (O is zero, nothing to rescale)
             k_first = _state(STAGES, Int32(0), Int32(0), Int32(0))
-            first = lambda: self._walk(0, rot, n_end, n_tiles, num_band)  # noqa: E731
-            self._wait_tile(pipe_k, k_first, first()[0], kv_len, page_size)
+            self._wait_tile(pipe_k, k_first, n_end - 1, kv_len, page_size)
             self._sched_wait(wg_idx)
             self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
             self._sched_signal(wg_idx, True)
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
-            self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, first()[1], first()[0],
-                         num_band, plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2,
-                         b_half)  # fmt: skip
+            self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
+                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
-                n, use = self._walk(it, rot, n_end, n_tiles, num_band)
-                # the previous iteration's tile, whose V this iteration's PV GEMM reads
-                n_prev = n + 1
-                if const_expr(self.band_rotation):
-                    n_prev = self._walk(it - 1, rot, n_end, n_tiles, num_band)[0]
+                n = n_end - 1 - it
                 stage = it % STAGES
                 k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
                 v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
@@ -813,12 +758,12 @@ class RelAttnFwdSm90:
                 self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
                 if const_expr(self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
-                self._wait_tile(pipe_v, v_state, n_prev, kv_len, page_size)
+                self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
                 self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
                 self._sched_signal(wg_idx, True)
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
-                self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, use, n, num_band,
+                self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
                              plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
@@ -829,8 +774,7 @@ class RelAttnFwdSm90:
             # last PV
             last = n_tiles - 1
             v_last = _state(STAGES, last, last % STAGES, (last // STAGES) % 2)
-            n_last, _ = self._walk(n_tiles - 1, rot, n_end, n_tiles, num_band)
-            self._wait_tile(pipe_v, v_last, n_last, kv_len, page_size)
+            self._wait_tile(pipe_v, v_last, n_end - n_tiles, kv_len, page_size)
             self._sched_wait(wg_idx)
             if const_expr(self.late_rescale):
                 self._rescale_o(acc_O, row_scale)
