@@ -50,14 +50,16 @@ def _compile_ptx(problem: RelAttnProblem) -> str:
     return compiled.ptx
 
 
-def _check_hopper_ptx(ptx: str, *, bias: bool = True) -> None:
+def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_chunks: bool = True) -> None:
     assert ".target sm_90a" in ptx
     # QK^T (k = head_dim / 16 = 8 instructions) and PV (k = tile_n / 16 = 8), m64n128k16
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) >= 16
     assert "wgmma.fence" in ptx and "wgmma.commit_group" in ptx
-    # the K/V gather (16 rows a thread, K in two places, V in one) and Q: 16-byte cp.async (cg: L2 only);
-    assert len(re.findall(r"cp\.async\.cg\.shared\.global(?:\.L2::\d+B)? \[[^]]+\], \[[^]]+\], 16", ptx)) >= 48 + 2 * 17
-    # the staged bias: 17 16-byte chunks a row, one row a producer thread, two call sites
+    # the K/V gather (16 rows a thread, K in two places, V in one) and Q: 16-byte cp.async (cg: L2
+    # only); and the staged bias, unless bias_bulk: 17 16-byte chunks a row, one row a producer
+    # thread, two call sites
+    chunks = 48 + (2 * 17 if bias_chunks else 0)
+    assert len(re.findall(r"cp\.async\.cg\.shared\.global(?:\.L2::\d+B)? \[[^]]+\], \[[^]]+\], 16", ptx)) >= chunks
     assert "ex2.approx" in ptx
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
     # warp specialisation: the producer warpgroup gives registers to the two consumer warpgroups,
@@ -137,6 +139,30 @@ def test_cute_compile_epilogue_stores(option, stores):
     assert re.search(stores, ptx)
     if not option:
         assert not re.search(r"st\.global\.b32", ptx)
+
+
+@pytest.mark.slow
+def test_cute_compile_bias_bulk(tmp_path):
+    """``bias_bulk`` (off in SCHEDULE until measured): each band tile's bias rows are bulk copies
+    (one a row, at the two staging call sites: the first tile and the loop's), each thread arrives
+    on the bias barrier with its row's bytes, the kernel has no spills, and the bias's 16-byte
+    ``cp.async`` are gone (34 fewer sites than the build)."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    built = cute_runtime.compile_with(lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags), arch="sm_90a", ptx=True)
+    bulk = cute_runtime.compile_with(
+        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_bulk=True), arch="sm_90a", ptx=True
+    ).ptx
+    _check_hopper_ptx(bulk, bias_chunks=False)
+    copies = re.findall(r"cp\.async\.bulk\.shared::cluster\.global\.mbarrier::complete_tx::bytes", bulk)
+    assert len(copies) == 2 and "cp.async.bulk.shared" not in built.ptx
+    expects = r"mbarrier\.arrive\.expect_tx"
+    assert len(re.findall(expects, bulk)) == len(re.findall(expects, built.ptx)) + 2
+    cp_async = r"cp\.async\.cg\.shared\.global"
+    assert len(re.findall(cp_async, built.ptx)) - len(re.findall(cp_async, bulk)) == 2 * 17
+    spills = _ptxas_spills(bulk, tmp_path)
+    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
 
 
 def _ptxas_spills(ptx: str, tmp_path) -> list[tuple[str, str]] | None:

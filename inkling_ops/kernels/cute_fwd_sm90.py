@@ -53,6 +53,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as hopper
 from cutlass import Float32, Int32, Int64, const_expr
+from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
@@ -159,6 +160,23 @@ def _shuffle_i64(value, lane, width: cutlass.Constexpr):
     return cell[0]
 
 
+def _bulk_copy_g2s(dst: Int32, src: Int64, size: Int32, mbar: Int32, *, loc=None, ip=None) -> None:
+    """``cp.async.bulk`` of ``size`` bytes (a multiple of 16; both addresses 16-byte aligned) from
+    global address ``src`` to shared address ``dst``, completing ``size`` transaction bytes on the
+    mbarrier at shared address ``mbar`` when it lands (the TMA unit's 1-D copy: one instruction
+    for a whole row, where ``cp.async`` needs one per 16 bytes)."""
+    llvm.inline_asm(
+        None,
+        [Int32(dst).ir_value(loc=loc, ip=ip), Int64(src).ir_value(loc=loc, ip=ip),
+         Int32(size).ir_value(loc=loc, ip=ip), Int32(mbar).ir_value(loc=loc, ip=ip)],
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+        "r,l,r,r",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )  # fmt: skip
+
+
 def _state(stages: int, count, index, phase) -> pipeline.PipelineState:
     """The pipeline position of use number ``count``, from values the caller computes."""
     return pipeline.PipelineState(stages, Int32(count), Int32(index), Int32(phase))
@@ -216,6 +234,11 @@ class RelAttnFwdSm90:
       is ``tile_n`` (a runtime choice; at other page sizes one buffer, as without the option).
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
+    - ``bias_bulk``: each producer thread stages its row's bias slice with one bulk copy
+      (``cp.async.bulk``, the TMA unit's 1-D copy) of the part of ``[d0, d0 + bias_width)`` inside
+      ``[0, E)``, instead of one ``cp.async`` per 16 bytes (17 a row, each with its own address
+      math); it arrives on the bias barrier with that many transaction bytes
+      (``mbarrier.arrive.expect_tx``), so the phase completes when every row has landed.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -225,7 +248,7 @@ class RelAttnFwdSm90:
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
-                 bias_per_wg: bool = False,
+                 bias_per_wg: bool = False, bias_bulk: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -248,6 +271,9 @@ class RelAttnFwdSm90:
         self.debug_skip_bias_copies = debug_skip_bias_copies
         self.fence_gathered_only = fence_gathered_only
         self.bias_per_wg = bias_per_wg
+        self.bias_bulk = bias_bulk
+        if bias_bulk and config.tile_m != PRODUCER_THREADS:
+            raise ValueError(f"bias_bulk stages one row a producer thread; tile_m is {config.tile_m}")
         #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
         self.bias_halves = 2 if bias_per_wg else 1
         if bias_per_wg not in (False, True, "tile_pages"):
@@ -649,6 +675,10 @@ class RelAttnFwdSm90:
         pipe.producer_acquire(state)
         # the rows that stage their slice: those of the request's tokens (none with debug_skip_bias_copies)
         staged_len = Int32(0) if const_expr(self.debug_skip_bias_copies) else q_len
+        if const_expr(self.bias_bulk):
+            self._bulk_bias_row(mRel, sB, pipe, state, q_start, staged_len, q_head0, offset, m_block, n0,
+                                rel_extent, tidx)  # fmt: skip
+            return
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
@@ -666,6 +696,32 @@ class RelAttnFwdSm90:
                         src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=16)
                         cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
         pipe.producer_commit(state)
+
+    @cute.jit
+    def _bulk_bias_row(self, mRel, sB, pipe, state, q_start, staged_len, q_head0, offset, m_block, n0, rel_extent,
+                       tidx):  # fmt: skip
+        """``bias_bulk``'s staging of row ``tidx`` (one row a producer thread): the distances
+        ``[max(d0, 0), min(d0 + bias_width, E))`` of its rel_logits row in one bulk copy, and this
+        thread's arrival on the bias barrier with that many transaction bytes (zero for a row past
+        the request's tokens, or a slice wholly outside ``[0, E)``). ``d0`` and ``E`` are multiples
+        of 8 and the row starts 16-byte aligned (the backend checks it), so the copy's addresses and
+        size are multiples of 16 bytes."""
+        elem = self.dtype.width // 8
+        r = tidx
+        row = m_block * self.tile_m + r
+        tok = row // self.group
+        d0 = (offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1)
+        lo = cutlass.max(d0, 0)
+        hi = cutlass.min(d0 + self.bias_width, rel_extent)
+        size = Int32(0)
+        if tok < staged_len and hi > lo:
+            size = (hi - lo) * elem
+        full = pipe.producer_get_barrier(state)
+        cute.arch.mbarrier_arrive_and_expect_tx(full, size)
+        if size > 0:
+            src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
+            dst = (sB.iterator + (r * self.bias_width + lo - d0)).toint()
+            _bulk_copy_g2s(dst, (src_row.iterator + lo).toint(), size, full.toint())
 
     @cute.jit
     def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
