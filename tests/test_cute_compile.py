@@ -50,21 +50,28 @@ def _compile_ptx(problem: RelAttnProblem) -> str:
     return compiled.ptx
 
 
-def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_chunks: bool = True) -> None:
+def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = None) -> None:
+    """What every build of the kernel holds. ``bias_bulk``: whether the bias rows are bulk copies
+    (None: as in SCHEDULE)."""
+    from inkling_ops.kernels.cute_fwd_sm90 import SCHEDULE
+
+    if bias_bulk is None:
+        bias_bulk = SCHEDULE.get("bias_bulk", False)
     assert ".target sm_90a" in ptx
     # QK^T (k = head_dim / 16 = 8 instructions) and PV (k = tile_n / 16 = 8), m64n128k16
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) >= 16
     assert "wgmma.fence" in ptx and "wgmma.commit_group" in ptx
     # the K/V gather (16 rows a thread, K in two places, V in one) and Q: 16-byte cp.async (cg: L2
     # only); and the staged bias, unless bias_bulk: 17 16-byte chunks a row, one row a producer
-    # thread, two call sites
-    chunks = 48 + (2 * 17 if bias_chunks else 0)
+    # thread, two call sites (with it, one bulk copy a row at each)
+    chunks = 48 + (0 if bias_bulk else 2 * 17)
     assert len(re.findall(r"cp\.async\.cg\.shared\.global(?:\.L2::\d+B)? \[[^]]+\], \[[^]]+\], 16", ptx)) >= chunks
+    if bias_bulk:
+        assert len(re.findall(r"cp\.async\.bulk\.shared::cluster\.global\.mbarrier::complete_tx::bytes", ptx)) == 2
     assert "ex2.approx" in ptx
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
     # warp specialisation: the producer warpgroup gives registers to the two consumer warpgroups,
     # its copies arrive on mbarriers, the consumers wait on them and take turns (named barriers)
-    from inkling_ops.kernels.cute_fwd_sm90 import SCHEDULE
 
     assert re.search(rf"setmaxnreg\.dec\.sync\.aligned\.u32\s+{SCHEDULE.get('producer_regs', 24)};", ptx)
     assert re.search(rf"setmaxnreg\.inc\.sync\.aligned\.u32\s+{SCHEDULE.get('consumer_regs', 240)};", ptx)
@@ -143,24 +150,27 @@ def test_cute_compile_epilogue_stores(option, stores):
 
 @pytest.mark.slow
 def test_cute_compile_bias_bulk(tmp_path):
-    """``bias_bulk`` (off in SCHEDULE until measured): each band tile's bias rows are bulk copies
-    (one a row, at the two staging call sites: the first tile and the loop's), each thread arrives
-    on the bias barrier with its row's bytes, the kernel has no spills, and the bias's 16-byte
-    ``cp.async`` are gone (34 fewer sites than the build)."""
+    """``bias_bulk`` (in SCHEDULE since 62e361c's measurement), against the build without it: each
+    band tile's bias rows are bulk copies (one a row, at the two staging call sites: the first tile
+    and the loop's), each thread arrives on the bias barrier with its row's bytes, the kernel has
+    no spills, and the bias's 16-byte ``cp.async`` are gone (34 fewer sites)."""
     from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
-    built = cute_runtime.compile_with(lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags), arch="sm_90a", ptx=True)
-    bulk = cute_runtime.compile_with(
-        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_bulk=True), arch="sm_90a", ptx=True
-    ).ptx
-    _check_hopper_ptx(bulk, bias_chunks=False)
-    copies = re.findall(r"cp\.async\.bulk\.shared::cluster\.global\.mbarrier::complete_tx::bytes", bulk)
-    assert len(copies) == 2 and "cp.async.bulk.shared" not in built.ptx
+
+    def ptx(**variant):
+        return cute_runtime.compile_with(
+            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
+        ).ptx
+
+    bulk, chunked = ptx(bias_bulk=True), ptx(bias_bulk=False)
+    _check_hopper_ptx(bulk, bias_bulk=True)
+    _check_hopper_ptx(chunked, bias_bulk=False)
+    assert "cp.async.bulk.shared" not in chunked
     expects = r"mbarrier\.arrive\.expect_tx"
-    assert len(re.findall(expects, bulk)) == len(re.findall(expects, built.ptx)) + 2
+    assert len(re.findall(expects, bulk)) == len(re.findall(expects, chunked)) + 2
     cp_async = r"cp\.async\.cg\.shared\.global"
-    assert len(re.findall(cp_async, built.ptx)) - len(re.findall(cp_async, bulk)) == 2 * 17
+    assert len(re.findall(cp_async, chunked)) - len(re.findall(cp_async, bulk)) == 2 * 17
     spills = _ptxas_spills(bulk, tmp_path)
     assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
 

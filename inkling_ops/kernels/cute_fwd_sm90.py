@@ -15,8 +15,9 @@ PV GEMM is in flight (FA3's intra-warpgroup overlap); the two consumers take tur
 GEMMs (named barriers, ping-pong). The producer issues K of tile ``i + 1`` before V of tile ``i``.
 This paragraph is the kernel at :class:`RelAttnFwdSm90`'s keyword defaults. :data:`SCHEDULE`,
 what the backend builds, changes it with the options that class's docstring describes: at page
-128 whole K/V tiles by TMA and the bias buffer in per-warpgroup halves, a body without masks for
-band tiles that need none, O out through shared memory, and a 32 / 232 register split.
+128 whole K/V tiles by TMA and the bias buffer in per-warpgroup halves, each bias row staged by one
+bulk copy, a body without masks for band tiles that need none, O out through shared memory, and a
+32 / 232 register split.
 
 Per CTA the key tiles that hold visible keys (causal, and ``d <= window`` for a sliding layer)
 are computed up front and walked from the diagonal downwards; nothing else is loaded. The key
@@ -81,6 +82,7 @@ SMEM_LIMIT = 227 * 1024
 SCHEDULE = dict(
     fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, band_split=True, late_rescale=True,
     smem_epilogue=True, fence_gathered_only=True, bias_per_wg="tile_pages", producer_regs=32, consumer_regs=232,
+    bias_bulk=True,
 )
 
 

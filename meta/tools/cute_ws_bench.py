@@ -45,12 +45,10 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("bias_bulk", "allplain", "bias_nostage"),
-    "prefill8k_global_page16": ("bias_bulk", "allplain", "bias_nostage"),
-    "prefill8k_sliding_page128": ("bias_bulk", "allplain", "bias_nostage"),
-    "prefill32k_global_page128": ("bias_bulk", "allplain", "bias_nostage"),
-    "chunk2k_on16k_x4_page16": ("bias_bulk",),
-    "serving_chunk2k_decodes63_global_page16": ("bias_bulk",),
+    "prefill8k_global_page128": ("allplain", "bias_nostage"),
+    "prefill8k_global_page16": ("allplain", "bias_nostage"),
+    "prefill8k_sliding_page128": ("allplain", "bias_nostage"),
+    "prefill32k_global_page128": ("allplain", "bias_nostage"),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
@@ -68,8 +66,8 @@ VARIANTS = {
     # the band tiles' bias buffer committed with nothing copied into it: the staging's cost, by
     # difference with the build (and allplain's, the consumers' bias work)
     "bias_nostage": dict(debug_skip_bias_copies=True),
-    # one bulk copy (the TMA unit's 1-D copy) a bias row instead of 17 cp.async
-    "bias_bulk": dict(bias_bulk=True),
+    # the bias rows by 17 cp.async each (the build: one bulk copy, the TMA unit's 1-D copy, a row)
+    "no_bias_bulk": dict(bias_bulk=False),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
