@@ -175,30 +175,6 @@ def test_cute_compile_bias_bulk(tmp_path):
     assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
 
 
-@pytest.mark.slow
-def test_cute_compile_bias_pairs(tmp_path):
-    """``bias_pairs`` (off in SCHEDULE until measured) at q_per_kv 8: each band body keeps its 16-bit
-    bias loads for rows with even q_abs and gains, for rows with odd q_abs, one 32-bit load (two
-    16-bit lanes) per column pair, half as many; no spills. At q_per_kv 4 the option compiles away
-    (a row's q_abs is not uniform over a warp there)."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
-
-    def ptx(G, **variant):
-        config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=G)
-        return cute_runtime.compile_with(
-            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
-        ).ptx
-
-    u16, v2 = r"ld\.shared\.(?:u16|b16)\s", r"ld\.shared\.v2\.b16\s"
-    built, pairs = ptx(8), ptx(8, bias_pairs=True)
-    _check_hopper_ptx(pairs)
-    assert len(re.findall(v2, built)) == 0 and len(re.findall(u16, pairs)) == len(re.findall(u16, built))
-    assert 2 * len(re.findall(v2, pairs)) == len(re.findall(u16, built))
-    spills = _ptxas_spills(pairs, tmp_path)
-    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
-    assert ptx(4, bias_pairs=True) == ptx(4)
-
-
 def _ptxas_spills(ptx: str, tmp_path) -> list[tuple[str, str]] | None:
     """ptxas's (spill store bytes, spill load bytes) per function of ``ptx``; None without ptxas."""
     if shutil.which("ptxas") is None:

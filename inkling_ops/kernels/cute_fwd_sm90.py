@@ -241,10 +241,6 @@ class RelAttnFwdSm90:
       ``[0, E)``, instead of one ``cp.async`` per 16 bytes (17 a row, each with its own address
       math); it arrives on the bias barrier with that many transaction bytes
       (``mbarrier.arrive.expect_tx``), so the phase completes when every row has landed.
-    - ``bias_pairs`` (with ``q_per_kv`` a multiple of 8, where a row's ``q_abs`` is uniform over
-      a warp): in rows whose ``q_abs`` is odd, each adjacent column pair reads its two bias values
-      with one 32-bit shared-memory load instead of two 16-bit ones (half the rows; the other
-      half's pairs straddle a 32-bit word).
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -254,7 +250,7 @@ class RelAttnFwdSm90:
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
-                 bias_per_wg: bool = False, bias_bulk: bool = False, bias_pairs: bool = False,
+                 bias_per_wg: bool = False, bias_bulk: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -278,7 +274,6 @@ class RelAttnFwdSm90:
         self.fence_gathered_only = fence_gathered_only
         self.bias_per_wg = bias_per_wg
         self.bias_bulk = bias_bulk
-        self.bias_pairs = bias_pairs
         if bias_bulk and config.tile_m != PRODUCER_THREADS:
             raise ValueError(f"bias_bulk stages one row a producer thread; tile_m is {config.tile_m}")
         #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
@@ -980,50 +975,20 @@ class RelAttnFwdSm90:
             qa = row_qabs[i]
             r = tScS_mn[i, 0][0]
             base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
-            if const_expr(self.bias_pairs and self.group % 8 == 0):
-                # a row's q_abs is uniform over the warp here (its 8 lanes' rows are one token's
-                # heads), so the branch does not diverge
-                if qa % 2 == 1:
-                    self._band_row(acc_S_mn, i, qa, r, base, sB, n0, rel_extent, window, kv_len, scale, tScS_mn,
-                                   masked, log2_units, True)  # fmt: skip
+            for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
+                c = tScS_mn[0, j][1]
+                bias = sB[r, base - c].to(Float32)
+                if const_expr(log2_units):
+                    bias = bias * LOG2_E
+                if const_expr(masked):
+                    d = qa - n0 - c
+                    s = acc_S_mn[i, j] * scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
+                    visible = d >= 0 and d <= window and n0 + c < kv_len
+                    acc_S_mn[i, j] = s if visible else -Float32.inf
                 else:
-                    self._band_row(acc_S_mn, i, qa, r, base, sB, n0, rel_extent, window, kv_len, scale, tScS_mn,
-                                   masked, log2_units, False)  # fmt: skip
-            else:
-                self._band_row(acc_S_mn, i, qa, r, base, sB, n0, rel_extent, window, kv_len, scale, tScS_mn, masked,
-                               log2_units, False)  # fmt: skip
+                    acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
         if in_band:
             self._release(pipe_b, b_state)
-
-    @cute.jit
-    def _band_row(self, acc_S_mn, i, qa, r, base, sB, n0, rel_extent, window, kv_len, scale, tScS_mn,
-                  masked: cutlass.Constexpr, log2_units: cutlass.Constexpr, pairs: cutlass.Constexpr):  # fmt: skip
-        """Row ``i`` of :meth:`_band_scores`: score ``(i, j)`` (key column ``c``) reads the bias at
-        ``sB[r, base - c]``. With ``pairs`` (the row's ``q_abs`` odd, so ``base`` is odd), the two
-        scores of each adjacent column pair ``c, c + 1`` read their bias with one 32-bit load of
-        ``sB[r, base - c - 1 : base - c + 1]`` (aligned: rows are 272 bytes), instead of two 16-bit ones."""
-        for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
-            c = tScS_mn[0, j][1]
-            bias = Float32(0.0)
-            if const_expr(pairs):
-                if const_expr(j % 2 == 0):
-                    address = (sB.iterator + (r * self.bias_width + base - c - 1)).toint()
-                    ptr = cute.make_ptr(self.dtype, address, cute.AddressSpace.smem, assumed_align=4)
-                    pair = cute.make_tensor(ptr, cute.make_layout(2)).load().to(Float32)
-                    bias, bias_next = pair[1], pair[0]
-                else:
-                    bias = bias_next  # noqa: F821 (set by the even column of the pair)
-            else:
-                bias = sB[r, base - c].to(Float32)
-            if const_expr(log2_units):
-                bias = bias * LOG2_E
-            if const_expr(masked):
-                d = qa - n0 - c
-                s = acc_S_mn[i, j] * scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
-                visible = d >= 0 and d <= window and n0 + c < kv_len
-                acc_S_mn[i, j] = s if visible else -Float32.inf
-            else:
-                acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
 
     def _half_count(self, count: int, page_size):
         """The arrivals on one bias barrier of ``bias_per_wg``, where ``count`` arrive on the one

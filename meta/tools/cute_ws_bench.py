@@ -45,12 +45,10 @@ CASES = {
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
 #: meta/TUNING.md, "CuTe backend".
 VARIANT_CASES = {
-    "prefill8k_global_page128": ("bias_pairs",),
-    "prefill8k_global_page16": ("bias_pairs",),
-    "prefill8k_sliding_page128": ("bias_pairs",),
-    "prefill32k_global_page128": ("bias_pairs",),
-    "chunk2k_on16k_x4_page16": ("bias_pairs",),
-    "serving_chunk2k_decodes63_global_page16": ("bias_pairs",),
+    "prefill8k_global_page128": ("allplain", "bias_nostage"),
+    "prefill8k_global_page16": ("allplain", "bias_nostage"),
+    "prefill8k_sliding_page128": ("allplain", "bias_nostage"),
+    "prefill32k_global_page128": ("allplain", "bias_nostage"),
 }  # fmt: skip
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
@@ -70,8 +68,6 @@ VARIANTS = {
     "bias_nostage": dict(debug_skip_bias_copies=True),
     # the bias rows by 17 cp.async each (the build: one bulk copy, the TMA unit's 1-D copy, a row)
     "no_bias_bulk": dict(bias_bulk=False),
-    # one 32-bit shared load for each column pair's bias in rows with odd q_abs (q_per_kv 8)
-    "bias_pairs": dict(bias_pairs=True),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
