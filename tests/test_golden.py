@@ -13,11 +13,15 @@ Note that PyTorch prints the default ``int[2] window_size=[-1, -1]`` as ``window
 
 from __future__ import annotations
 
-import expecttest
+import pytest
 import torch
 
 import inkling_ops
 from inkling_ops.testing import make_case
+
+# a dependency of the package's test extra (CI has it); the GPU machine has none, and a missing
+# module there should skip these CPU tests by name, not fail the collection of the whole run
+expecttest = pytest.importorskip("expecttest", reason="expecttest is not installed (pip install expecttest)")
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, REL_EXTENT = 4, 2, 32, 16
 
