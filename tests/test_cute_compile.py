@@ -85,6 +85,27 @@ def test_cute_compile_global_page16_g8():
     _check_hopper_ptx(_compile_ptx(_problem(page=16)))
 
 
+def test_cute_compile_head_dim_64():
+    """head_dim 64 (compiled, not yet run on the GPU; the backend still refuses it): QK keeps its
+    m64n128k16 GEMMs (k = 64 / 16 = 4 a tile), PV is m64n64k16; the K/V gather shares each row's
+    page lookup over the 8 lanes that copy its column chunks (shuffle width 8, against 16 at
+    head_dim 128), 8 rows a thread at 3 sites; one TMA box a page (64 columns fill the 128-byte
+    swizzle); no spills."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=64, q_per_kv=8)
+    ptx = cute_runtime.compile_with(
+        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags), arch="sm_90a", ptx=True
+    ).ptx
+    assert ".target sm_90a" in ptx
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) >= 2 * 4
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32", ptx)) >= 2 * 8
+    width8 = ((32 - 8) << 8) | 31
+    assert len(re.findall(rf"shfl\.sync\.idx\.b32\s+%r\d+, %r\d+, [^,]+, {width8}, -1;", ptx)) == 2 * 8 * 3
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.4d\.shared::cta\.global", ptx)) == 3
+    assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
+
+
 def test_cute_compile_sliding_page128_g4_fp16():
     ptx = _compile_ptx(_problem(dtype=torch.float16, kv_heads=2, page=128, extent=512, window=511))
     _check_hopper_ptx(ptx)

@@ -30,8 +30,8 @@ stages, in shared memory, the slice of ``rel_logits`` the tile's rows can reach 
 softmax then reads one shared-memory element per score.
 
 K/V rows past the request's length copy its last row (finite, always masked), so a NaN in an
-unused slot never meets a zero probability; the 16 producer lanes that copy one column chunk
-of a tile's rows each look up one row's page and pass the row offsets around with shuffles. Q is
+unused slot never meets a zero probability; the ``head_dim / 8`` producer lanes that copy the
+column chunks of a tile's rows each look up one row's page and pass the row offsets around with shuffles. Q is
 gathered by the consumers with ``cp.async``, once per CTA (its packed rows are not a box a
 tensor copy can express for every group size).
 
@@ -68,8 +68,6 @@ PRODUCER_THREADS = 128
 #: named barriers (0 is the CTA barrier): the consumers' Q load, then one per consumer warpgroup
 #: for the ping-pong schedule
 BAR_Q = 1
-#: lanes that copy one column chunk of the same rows of a key tile (head_dim / 8 of them)
-ROW_LANES = 16
 BAR_SCHED = 2
 #: shared memory a Hopper CTA may use (227 KB)
 SMEM_LIMIT = 227 * 1024
@@ -628,18 +626,19 @@ class RelAttnFwdSm90:
         ``kv_len - 1`` (finite, always masked: never a NaN from an unused slot); page ids are clamped
         into the cache, as inkling_ops/metadata.py says.
 
-        The 16 lanes that copy one column chunk of rows ``r0 + 8 m`` (m < 16) look up one of those
-        rows each (lane ``m``: one division, one block-table load) and pass the row's offset around
-        with shuffles, so a copy costs a shuffle pair and the cp.async."""
+        The ``copy_cols = head_dim / 8`` lanes that copy the column chunks of rows
+        ``r0 + (128 / copy_cols) m`` (``m < tile_n * copy_cols / 128``, at most ``copy_cols``) look up
+        one of those rows each (lane ``m``: one division, one block-table load) and pass the row's
+        offset around with shuffles, so a copy costs a shuffle pair and the cp.async."""
         page, slot = self._lookup(block_row, num_blocks, page_div, kv_len, n, tTcT)
         self._copy_rows(mX, sX, it, pipe, kv_head, page, slot, thr_copy, tTcT, copy_atom)
 
     @cute.jit
     def _lookup(self, block_row, num_blocks, page_div, kv_len, n, tTcT):
-        """``(page, slot)`` of the row of key tile ``n`` this lane looks up for its 16-lane group
+        """``(page, slot)`` of the row of key tile ``n`` this lane looks up for its ``copy_cols``-lane group
         (see :meth:`_load_rows`), clamped as there."""
-        lane = cute.arch.lane_idx() % ROW_LANES
-        j = cutlass.min(n * self.tile_n + tTcT[0, 0, 0][0] + lane * (PRODUCER_THREADS // ROW_LANES), kv_len - 1)
+        lane = cute.arch.lane_idx() % self.copy_cols
+        j = cutlass.min(n * self.tile_n + tTcT[0, 0, 0][0] + lane * (PRODUCER_THREADS // self.copy_cols), kv_len - 1)
         page_idx, slot = divmod(j, page_div)
         page = cutlass.min(cutlass.max(block_row[page_idx], 0), num_blocks - 1)
         return page, slot
@@ -655,7 +654,7 @@ class RelAttnFwdSm90:
         col = tTcT[0, 0, 0][1]
         for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
             dst = tXsX[None, m, 0]
-            address = (mX.iterator + (_shuffle_i64(row_offset, m, ROW_LANES) + col)).toint()
+            address = (mX.iterator + (_shuffle_i64(row_offset, m, self.copy_cols) + col)).toint()
             src = cute.make_tensor(cute.make_ptr(mX.element_type, address, cute.AddressSpace.gmem, assumed_align=16),
                                    dst.layout)  # fmt: skip
             cute.copy(copy_atom, src, dst)
