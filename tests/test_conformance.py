@@ -34,7 +34,9 @@ from inkling_ops.testing import make_case
 
 BACKENDS = inkling_ops.backend_names()
 REFERENCE = "reference"
-CPU_HEAD_DIM, GPU_HEAD_DIM = 32, 128
+#: the GPU form's head_dim: 128 (Inkling's); INKLING_TEST_GPU_HEAD_DIM runs the GPU matrix at
+#: another one (meta/tools/cute_head_dim64_visit.sh: the CuTe kernel at head_dim 64)
+CPU_HEAD_DIM, GPU_HEAD_DIM = 32, int(os.environ.get("INKLING_TEST_GPU_HEAD_DIM", "128"))
 #: fp32 backends against the fp32 reference
 CPU_TOL = dict(atol=2e-5, rtol=2e-5)
 #: the fp32 reference against the float64 brute force (as tests/test_reference.py)
