@@ -72,7 +72,6 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = N
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
     # warp specialisation: the producer warpgroup gives registers to the two consumer warpgroups,
     # its copies arrive on mbarriers, the consumers wait on them and take turns (named barriers)
-
     assert re.search(rf"setmaxnreg\.dec\.sync\.aligned\.u32\s+{SCHEDULE.get('producer_regs', 24)};", ptx)
     assert re.search(rf"setmaxnreg\.inc\.sync\.aligned\.u32\s+{SCHEDULE.get('consumer_regs', 240)};", ptx)
     assert "cp.async.mbarrier.arrive.noinc.shared" in ptx and "mbarrier.try_wait.parity" in ptx

@@ -31,8 +31,8 @@ softmax then reads one shared-memory element per score.
 
 K/V rows past the request's length copy its last row (finite, always masked), so a NaN in an
 unused slot never meets a zero probability; the ``head_dim / 8`` producer lanes that copy the
-column chunks of a tile's rows each look up one row's page and pass the row offsets around with shuffles. Q is
-gathered by the consumers with ``cp.async``, once per CTA (its packed rows are not a box a
+column chunks of a tile's rows each look up one row's page and pass the row offsets around with
+shuffles. Q is gathered by the consumers with ``cp.async``, once per CTA (its packed rows are not a box a
 tensor copy can express for every group size).
 
 Shapes (T tokens, B requests, Hq / Hkv heads, D = head_dim, E = rel_extent):
@@ -635,8 +635,8 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _lookup(self, block_row, num_blocks, page_div, kv_len, n, tTcT):
-        """``(page, slot)`` of the row of key tile ``n`` this lane looks up for its ``copy_cols``-lane group
-        (see :meth:`_load_rows`), clamped as there."""
+        """``(page, slot)`` of the row of key tile ``n`` this lane looks up for its
+        ``copy_cols``-lane group (see :meth:`_load_rows`), clamped as there."""
         lane = cute.arch.lane_idx() % self.copy_cols
         j = cutlass.min(n * self.tile_n + tTcT[0, 0, 0][0] + lane * (PRODUCER_THREADS // self.copy_cols), kv_len - 1)
         page_idx, slot = divmod(j, page_div)
@@ -663,11 +663,13 @@ class RelAttnFwdSm90:
     @cute.jit
     def _load_bias(self, mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
                    copy_atom, page_size):  # fmt: skip
-        """Wait for the bias buffer, then cp.async, per packed row of the tile (one row a producer
+        """Wait for the bias buffer, then stage, per packed row of the tile (one row a producer
         thread), the distances ``[d0, d0 + bias_width)`` of its rel_logits row,
         ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
-        16-byte chunks outside ``[0, E)`` are skipped (the softmax never reads them). ``bias_use``:
-        the tile's index among the walk's band tiles (its place in the bias pipeline)."""
+        Distances outside ``[0, E)`` are not copied (the softmax never reads them): with
+        ``bias_bulk`` one bulk copy of the rest (:meth:`_bulk_bias_row`), else one ``cp.async`` per
+        16-byte chunk inside ``[0, E)``. ``bias_use``: the tile's index among the walk's band tiles
+        (its place in the bias pipeline)."""
         state = _state(1, bias_use, 0, (bias_use % 2) ^ 1)
         if const_expr(self.bias_per_wg):
             # thread t stages row t, which the consumer warpgroup t // 64 reads
@@ -676,16 +678,14 @@ class RelAttnFwdSm90:
         pipe.producer_acquire(state)
         # the rows that stage their slice: those of the request's tokens (none with debug_skip_bias_copies)
         staged_len = Int32(0) if const_expr(self.debug_skip_bias_copies) else q_len
-        if const_expr(self.bias_bulk):
-            self._bulk_bias_row(mRel, sB, pipe, state, q_start, staged_len, q_head0, offset, m_block, n0,
-                                rel_extent, tidx)  # fmt: skip
-            return
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
             tok = row // self.group
             d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
-            if tok < staged_len:
+            if const_expr(self.bias_bulk):
+                self._bulk_bias_row(mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent)
+            elif tok < staged_len:
                 src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
                 for k in cutlass.range_constexpr(self.bias_width // CHUNK):
                     d = d0 + k * CHUNK
@@ -696,22 +696,20 @@ class RelAttnFwdSm90:
                         src_address = (src_row.iterator + d).toint()
                         src_ptr = cute.make_ptr(self.dtype, src_address, cute.AddressSpace.gmem, assumed_align=16)
                         cute.copy(copy_atom, cute.make_tensor(src_ptr, dst.layout), dst)
-        pipe.producer_commit(state)
+        if const_expr(not self.bias_bulk):
+            # each thread's cp.async arrive; with bias_bulk its arrive.expect_tx was its arrival
+            pipe.producer_commit(state)
 
     @cute.jit
-    def _bulk_bias_row(self, mRel, sB, pipe, state, q_start, staged_len, q_head0, offset, m_block, n0, rel_extent,
-                       tidx):  # fmt: skip
-        """``bias_bulk``'s staging of row ``tidx`` (one row a producer thread): the distances
-        ``[max(d0, 0), min(d0 + bias_width, E))`` of its rel_logits row in one bulk copy, and this
-        thread's arrival on the bias barrier with that many transaction bytes (zero for a row past
-        the request's tokens, or a slice wholly outside ``[0, E)``). ``d0`` and ``E`` are multiples
-        of 8 and the row starts 16-byte aligned (the backend checks it), so the copy's addresses and
-        size are multiples of 16 bytes."""
+    def _bulk_bias_row(self, mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent):
+        """``bias_bulk``'s staging of tile row ``r`` (packed row ``row``, token ``tok``, slice start
+        ``d0``, as :meth:`_load_bias` computes them): the distances ``[max(d0, 0), min(d0 + bias_width,
+        E))`` of its rel_logits row in one bulk copy, and this thread's arrival on the bias barrier with
+        that many transaction bytes (zero for a row past the request's tokens, or a slice wholly
+        outside ``[0, E)``). ``d0`` and ``E`` are multiples of 8 and the row starts 16-byte aligned (the
+        backend checks it), so the copy's addresses and size are multiples of 16 bytes. One row a
+        producer thread (the constructor checks ``tile_m``): each thread arrives once."""
         elem = self.dtype.width // 8
-        r = tidx
-        row = m_block * self.tile_m + r
-        tok = row // self.group
-        d0 = (offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1)
         lo = cutlass.max(d0, 0)
         hi = cutlass.min(d0 + self.bias_width, rel_extent)
         size = Int32(0)
