@@ -13,3 +13,10 @@ grep -n '^SUPPORTED_HEAD_DIMS' inkling_ops/backends/cute_backend.py
 INKLING_TEST_GPU_HEAD_DIM=64 timeout 200 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors \
   tests/test_conformance.py -k cute -rfE > "$out/cute_conformance_hd64_$sha.log" 2>&1
 tail -3 "$out/cute_conformance_hd64_$sha.log"
+# then, when the matrix passed, cute against triton and flash-attn-4 (no bias) at head_dim 64
+if grep -q " passed" "$out/cute_conformance_hd64_$sha.log" && ! grep -q " failed" "$out/cute_conformance_hd64_$sha.log"; then
+  CUTE_WS_HEAD_DIM=64 timeout ${HD64_BENCH_TIMEOUT:-150} python3 meta/tools/cute_ws_bench.py --out "$out/hd64" --variants default \
+    --cases ${HD64_CASES:-prefill8k_global_page128,prefill8k_global_page16,prefill8k_sliding_page128,serving_chunk2k_decodes63_global_page16} \
+    > "$out/cute_ws_bench_hd64_$sha.log" 2>&1
+  tail -6 "$out/cute_ws_bench_hd64_$sha.log"
+fi

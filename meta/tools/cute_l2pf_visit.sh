@@ -10,7 +10,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 for v in default bias_l2pf; do
   timeout 90 python3 meta/tools/cute_ws_bench.py --probe $v > "$out/probe_${v}_$sha.log" 2>&1; tail -1 "$out/probe_${v}_$sha.log"
 done
-timeout ${BENCH_TIMEOUT:-330} python3 meta/tools/cute_ws_bench.py --out "$out" --variants default,bias_l2pf \
+timeout ${BENCH_TIMEOUT:-330} python3 meta/tools/cute_ws_bench.py --out "$out" --variants ${VARIANTS:-default,bias_l2pf,allplain,bias_nostage} \
   --cases ${CASES:-prefill8k_global_page128,prefill8k_global_page16,prefill8k_sliding_page128,prefill8k_sliding_page16,prefill32k_global_page128,chunk2k_on16k_x4_page16,serving_chunk2k_decodes63_global_page16,serving_chunk2k_decodes63_sliding_page16} \
   > "$out/cute_ws_bench_l2pf_$sha.log" 2>&1
 tail -10 "$out/cute_ws_bench_l2pf_$sha.log"

@@ -89,8 +89,12 @@ UNCHECKED = {"allplain", "bias_nostage"}
 _COMPILED: dict = {}
 
 
+#: the head_dim of every case (CUTE_WS_HEAD_DIM=64 times the kernel at 64; the backend must take it)
+HEAD_DIM = int(os.environ.get("CUTE_WS_HEAD_DIM", "128"))
+
+
 def _case(kw):
-    return make_case(**kw, head_dim=128, dtype=torch.bfloat16, device="cuda", extra_tokens=3)
+    return make_case(**kw, head_dim=HEAD_DIM, dtype=torch.bfloat16, device="cuda", extra_tokens=3)
 
 
 def _bench(fn) -> float:
@@ -105,7 +109,7 @@ def _variant_fn(name, case):
     from inkling_ops.backends import cute_backend
     from inkling_ops.kernels import cute_fwd_sm90
 
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=case.q.shape[1] // case.key_cache.shape[2])
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=HEAD_DIM, q_per_kv=case.q.shape[1] // case.key_cache.shape[2])
     t0 = time.perf_counter()
     if (name, config) not in _COMPILED:
         _COMPILED[name, config] = cute_fwd_sm90.compile_fwd(
@@ -240,7 +244,7 @@ def main() -> None:
         profile(ns.profile)
         return
     os.makedirs(ns.out, exist_ok=True)
-    print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "head_dim", HEAD_DIM, flush=True)
     rows = []
     for name in ns.cases.split(","):
         rows.append(run_case(name, CASES[name], ns.variants.split(",")))
