@@ -177,21 +177,6 @@ def _bulk_copy_g2s(dst: Int32, src: Int64, size: Int32, mbar: Int32, *, loc=None
     )  # fmt: skip
 
 
-def _bulk_prefetch_l2(src: Int64, size: Int32, *, loc=None, ip=None) -> None:
-    """``cp.async.bulk.prefetch.L2`` of ``size`` bytes (a multiple of 16, ``src`` 16-byte aligned)
-    at global address ``src``: a hint that brings the bytes into L2, with no destination and no
-    completion to wait for."""
-    llvm.inline_asm(
-        None,
-        [Int64(src).ir_value(loc=loc, ip=ip), Int32(size).ir_value(loc=loc, ip=ip)],
-        "cp.async.bulk.prefetch.L2.global [$0], $1;",
-        "l,r",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-    )  # fmt: skip
-
-
 def _state(stages: int, count, index, phase) -> pipeline.PipelineState:
     """The pipeline position of use number ``count``, from values the caller computes."""
     return pipeline.PipelineState(stages, Int32(count), Int32(index), Int32(phase))
@@ -258,16 +243,12 @@ class RelAttnFwdSm90:
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
       tile's extra cost into the staging's and the consumers' shares.
-    - ``bias_l2_prefetch`` (with ``bias_bulk``): right after staging the first band tile's bias,
-      each producer thread asks L2 for the rest of its row's band (the distances every later band
-      tile of the CTA will stage) with one ``cp.async.bulk.prefetch.L2``, so those stagings read
-      L2 instead of waiting on DRAM inside the half-iteration between a release and the next use.
     """
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
-                 bias_per_wg: bool = False, bias_bulk: bool = False, bias_l2_prefetch: bool = False,
+                 bias_per_wg: bool = False, bias_bulk: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -293,9 +274,6 @@ class RelAttnFwdSm90:
         self.bias_bulk = bias_bulk
         if bias_bulk and config.tile_m != PRODUCER_THREADS:
             raise ValueError(f"bias_bulk stages one row a producer thread; tile_m is {config.tile_m}")
-        self.bias_l2_prefetch = bias_l2_prefetch
-        if bias_l2_prefetch and not bias_bulk:
-            raise ValueError("bias_l2_prefetch needs bias_bulk (one row a producer thread)")
         #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
         self.bias_halves = 2 if bias_per_wg else 1
         if bias_per_wg not in (False, True, "tile_pages"):
@@ -550,9 +528,6 @@ class RelAttnFwdSm90:
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
                                     (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
-                    if const_expr(self.bias_l2_prefetch):
-                        self._prefetch_band(mRel, q_start, q_len, q_head0, offset, m_block, (n_end - 1) * self.tile_n,
-                                            num_band, rel_extent, tidx)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     page_v, slot_v = page_k, slot_k
@@ -569,9 +544,6 @@ class RelAttnFwdSm90:
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
                                     (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
-                    if const_expr(self.bias_l2_prefetch):
-                        self._prefetch_band(mRel, q_start, q_len, q_head0, offset, m_block, (n_end - 1) * self.tile_n,
-                                            num_band, rel_extent, tidx)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     if it + 1 < n_tiles:
@@ -727,22 +699,6 @@ class RelAttnFwdSm90:
         if const_expr(not self.bias_bulk):
             # each thread's cp.async arrive; with bias_bulk its arrive.expect_tx was its arrival
             pipe.producer_commit(state)
-
-    @cute.jit
-    def _prefetch_band(self, mRel, q_start, q_len, q_head0, offset, m_block, n0, num_band, rel_extent, tidx):
-        """``bias_l2_prefetch``: the distances band tiles 1 .. ``num_band - 1`` of the walk will stage
-        for this thread's row (the slices after the one of tile ``n0``, the walk's first), inside
-        ``[0, E)``, into L2 with one bulk prefetch. A row past the request's tokens prefetches
-        nothing."""
-        elem = self.dtype.width // 8
-        row = m_block * self.tile_m + tidx
-        tok = row // self.group
-        d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
-        lo = cutlass.max(d0 + self.bias_width, 0)
-        hi = cutlass.min(d0 + (num_band - 1) * self.tile_n + self.bias_width, rel_extent)
-        if tok < q_len and hi > lo:
-            src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
-            _bulk_prefetch_l2((src_row.iterator + lo).toint(), (hi - lo) * elem)
 
     @cute.jit
     def _bulk_bias_row(self, mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent):

@@ -50,8 +50,6 @@ VARIANT_CASES = {
     "prefill8k_sliding_page128": ("allplain", "bias_nostage"),
     "prefill32k_global_page128": ("allplain", "bias_nostage"),
 }  # fmt: skip
-#: variants timed on every case
-EVERY_CASE = ("bias_l2pf",)
 
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
 VARIANTS = {
@@ -70,8 +68,6 @@ VARIANTS = {
     "bias_nostage": dict(debug_skip_bias_copies=True),
     # the bias rows by 17 cp.async each (the build: one bulk copy, the TMA unit's 1-D copy, a row)
     "no_bias_bulk": dict(bias_bulk=False),
-    # the rest of each row's band into L2 by one bulk prefetch after the first band tile's staging
-    "bias_l2pf": dict(bias_l2_prefetch=True),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
@@ -153,7 +149,7 @@ def run_case(name, kw, variants) -> dict:
         _check(row, "cute", out[:n], want)
     except Exception:  # noqa: BLE001
         row["cute_error"] = traceback.format_exc()[-1500:]
-    for v in VARIANT_CASES.get(name, ()) + EVERY_CASE:
+    for v in VARIANT_CASES.get(name, ()):
         if v not in variants:
             continue
         try:
