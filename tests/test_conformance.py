@@ -35,7 +35,7 @@ from inkling_ops.testing import make_case
 BACKENDS = inkling_ops.backend_names()
 REFERENCE = "reference"
 #: the GPU form's head_dim: 128 (Inkling's); INKLING_TEST_GPU_HEAD_DIM runs the GPU matrix at
-#: another one (meta/tools/cute_head_dim64_visit.sh: the CuTe kernel at head_dim 64)
+#: another one (INKLING_TEST_GPU_HEAD_DIM=64: the CuTe kernel's other head_dim)
 CPU_HEAD_DIM, GPU_HEAD_DIM = 32, int(os.environ.get("INKLING_TEST_GPU_HEAD_DIM", "128"))
 #: fp32 backends against the fp32 reference
 CPU_TOL = dict(atol=2e-5, rtol=2e-5)

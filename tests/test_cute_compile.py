@@ -85,7 +85,7 @@ def test_cute_compile_global_page16_g8():
 
 
 def test_cute_compile_head_dim_64():
-    """head_dim 64 (compiled, not yet run on the GPU; the backend still refuses it): QK keeps its
+    """head_dim 64 (the backend takes it since the H200 conformance run at b6bbcf6): QK keeps its
     m64n128k16 GEMMs (k = 64 / 16 = 4 a tile), PV is m64n64k16; the K/V gather shares each row's
     page lookup over the 8 lanes that copy its column chunks (shuffle width 8, against 16 at
     head_dim 128), 8 rows a thread at 3 sites; one TMA box a page (64 columns fill the 128-byte
@@ -249,7 +249,8 @@ def test_cute_backend_refusals():
     backend = planning.get_backend("cute")
     assert backend.why_not(_problem(), HOPPER) is None
     assert "sm_80" in backend.why_not(_problem(), DeviceFacts(arch="sm_80", num_sms=108))
-    assert "head_dim 64" in backend.why_not(_problem()._replace(head_dim=64), HOPPER)
+    assert backend.why_not(_problem()._replace(head_dim=64), HOPPER) is None
+    assert "head_dim 256" in backend.why_not(_problem()._replace(head_dim=256), HOPPER)
     assert "float32" in backend.why_not(_problem(dtype=torch.float32), HOPPER)
     assert "multiple of 8" in backend.why_not(_problem(extent=20), HOPPER)
     assert "num_splits 4" in backend.why_not(_problem()._replace(num_splits=4), HOPPER)

@@ -88,8 +88,9 @@ def test_cute_dispatcher_follows_the_rule(monkeypatch):
         assert backend.name == "triton" and skipped == []  # not preferred: passed over without a warning
     assert planning.plan(_problem(), A100).backend == "triton"
     # preferred, but outside what the kernel runs: Triton, and the reason is reported
-    backend, skipped = planning.select_backend(_problem(head_dim=64), H200, None)
-    assert backend.name == "triton" and len(skipped) == 1 and "cute: head_dim 64" in skipped[0]
+    backend, skipped = planning.select_backend(_problem(head_dim=256), H200, None)
+    assert backend.name == "triton" and len(skipped) == 1 and "cute: head_dim 256" in skipped[0]
+    assert planning.select_backend(_problem(head_dim=64), H200, None)[0].name == "cute"
     # a class switched on with any page size
     _cute_on(monkeypatch, ("prefill", None, "global"))
     assert planning.plan(_problem(page=128), H200).backend == "cute"

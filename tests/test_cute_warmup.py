@@ -87,10 +87,14 @@ def test_cute_enumeration_yields_only_keys_the_backend_accepts():
         assert {k.num_splits for k in keys} == {1} and {k.backend for k in keys} == {"cute"}
         assert sorted(k.max_seqlen_q_bucket for k in keys) == [1 << i for i in range(10)]  # 1 ... 512
         assert len({cute_backend.fwd_config(k) for k in keys}) == 1  # the q bucket is a runtime value
-    refused = dataclasses.replace(INKLING_TP8["global"], head_dim=64)  # outside the kernel's scope
+    refused = dataclasses.replace(INKLING_TP8["global"], head_dim=256)  # outside the kernel's scope
     assert enumerate_compile_keys(refused, facts=H200, backend="cute") == set()
-    assert "head_dim 64" in backend.why_not(problem_for(refused, num_tokens=1, num_reqs=1, max_seqlen_q=1), H200)
+    assert "head_dim 256" in backend.why_not(problem_for(refused, num_tokens=1, num_reqs=1, max_seqlen_q=1), H200)
     assert enumerate_compile_keys(refused, facts=H200, backend="triton")  # Triton takes it
+    # head_dim 64: its own kernel configuration, one for the whole configuration as at 128
+    small = dataclasses.replace(INKLING_TP8["global"], head_dim=64)
+    configs = {cute_backend.fwd_config(k) for k in enumerate_compile_keys(small, facts=H200, backend="cute")}
+    assert [c.head_dim for c in configs] == [64]
 
 
 #: ``python -m inkling_ops warmup`` of each configuration in one process (one import): the first

@@ -30,7 +30,7 @@ from ..problem import RelAttnArgs, RelAttnProblem
 from .base import Backend
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
-SUPPORTED_HEAD_DIMS = (128,)
+SUPPORTED_HEAD_DIMS = (64, 128)
 MAX_Q_PER_KV = 64
 #: the bias is staged in 16-byte chunks (8 elements of a 16-bit type), whole chunks inside [0, E)
 REL_EXTENT_MULTIPLE = 8
@@ -49,7 +49,8 @@ DECODE_MAX_SEQLEN_Q = 16
 #: to Triton on Hopper: phase "prefill" or "decode" (:data:`DECODE_MAX_SEQLEN_Q`), a page size
 #: (None: any), attention "global" or "sliding". A class goes in when the H200 measurements say
 #: it is faster than Triton on every case of it measured (meta/TUNING.md, "CuTe backend", "The
-#: default-choice rule", has the table): global prefill at pages 16 and 128 since 46a147e;
+#: default-choice rule", has the table; each class in it is measured at head_dim 128 and 64):
+#: global prefill at pages 16 and 128 since 46a147e;
 #: sliding prefill at page 128 since 109c5e9. Sliding prefill at page 16 stays on Triton (its
 #: serving-shaped batch measured 0.98x), so do page 64 (not measured) and decode (the kernel never
 #: splits the KV range).
