@@ -456,6 +456,8 @@ class RelAttnFwdSm90:
             if const_expr(self.bias_per_wg):
                 bias_producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self._half_count(PRODUCER_THREADS, page_size))
                 bias_consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self._half_count(consumer_arrivals, page_size))
+            if const_expr(self.bias_ring):
+                bias_producers = producers  # every producer thread arrives on every half (_load_bias_ring)
             pipes = [
                 pipeline.PipelineCpAsync.create(
                     barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=group_p,
@@ -689,12 +691,48 @@ class RelAttnFwdSm90:
         ``bias_bulk`` one bulk copy of the rest (:meth:`_bulk_bias_row`), else one ``cp.async`` per
         16-byte chunk inside ``[0, E)``. ``bias_use``: the tile's index among the walk's band tiles
         (its place in the bias pipeline)."""
-        state = _state(1, bias_use, 0, (bias_use % 2) ^ 1)
-        row_shift = Int32(0)
         if const_expr(self.bias_ring):
-            half = tidx // (PRODUCER_THREADS // 2)
-            state, row_shift = self._ring_slot(bias_use, half, page_size == self.tile_n, True)
-        elif const_expr(self.bias_per_wg):
+            self._load_bias_ring(mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent,
+                                 tidx, page_size)  # fmt: skip
+        else:
+            self._load_bias_buffer(mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0,
+                                   rel_extent, tidx, copy_atom, page_size)  # fmt: skip
+
+    @cute.jit
+    def _load_bias_ring(self, mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent,
+                        tidx, page_size):  # fmt: skip
+        """``bias_ring``'s staging of band tile use ``bias_use``: at page ``tile_n`` every producer
+        thread takes both of the tile's halves in ring order (numbers ``2 * bias_use`` and
+        ``2 * bias_use + 1``), copying its row into the half its consumer warpgroup reads and
+        arriving on the other with no bytes, so each thread waits on every number in turn and no
+        parity wait can pass on a use two phases back (a slot's uses alternate between the
+        warpgroups). Elsewhere the one buffer, slot 0."""
+        ring = page_size == self.tile_n
+        my_half = tidx // (PRODUCER_THREADS // 2)
+        staged_len = Int32(0) if const_expr(self.debug_skip_bias_copies) else q_len
+        row = m_block * self.tile_m + tidx
+        tok = row // self.group
+        d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
+        for h in cutlass.range_constexpr(2):
+            if const_expr(h == 0):
+                mine = my_half == 0 or not ring
+                state, shift = self._ring_slot(bias_use, Int32(0), ring, True)
+                pipe.producer_acquire(state)
+                self._bulk_bias_row(mRel, sB, pipe, state, tidx + shift, row, tok, d0, q_start,
+                                    cutlass.select_(mine, staged_len, Int32(0)), q_head0, rel_extent)  # fmt: skip
+            else:
+                if ring:
+                    state, shift = self._ring_slot(bias_use, Int32(1), ring, True)
+                    pipe.producer_acquire(state)
+                    self._bulk_bias_row(mRel, sB, pipe, state, tidx + shift, row, tok, d0, q_start,
+                                        cutlass.select_(my_half == 1, staged_len, Int32(0)), q_head0, rel_extent)  # fmt: skip
+
+    @cute.jit
+    def _load_bias_buffer(self, mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent,
+                          tidx, copy_atom, page_size):  # fmt: skip
+        """:meth:`_load_bias` with one buffer, or (``bias_per_wg``) one half a consumer warpgroup."""
+        state = _state(1, bias_use, 0, (bias_use % 2) ^ 1)
+        if const_expr(self.bias_per_wg):
             # thread t stages row t, which the consumer warpgroup t // 64 reads
             half = self._bias_half(tidx // (PRODUCER_THREADS // 2), page_size)
             state = _state(2, bias_use, half, (bias_use % 2) ^ 1)
@@ -707,8 +745,7 @@ class RelAttnFwdSm90:
             tok = row // self.group
             d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
             if const_expr(self.bias_bulk):
-                self._bulk_bias_row(mRel, sB, pipe, state, r + row_shift, row, tok, d0, q_start, staged_len, q_head0,
-                                    rel_extent)  # fmt: skip
+                self._bulk_bias_row(mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent)
             elif tok < staged_len:
                 src_row = mRel[q_start + tok, q_head0 + row % self.group, None]
                 for k in cutlass.range_constexpr(self.bias_width // CHUNK):
@@ -996,6 +1033,13 @@ class RelAttnFwdSm90:
         else:
             b_state = self._bias_state(bias_use, b_half)
         if in_band:
+            if const_expr(self.bias_ring):
+                # first the ring's number before this warpgroup's (the other warpgroup's), so this
+                # warpgroup waits on every number in turn (see _load_bias_ring)
+                prev_use = bias_use - 1 + b_half[0]
+                if b_half[1] and prev_use >= 0:
+                    prev_state, _ = self._ring_slot(prev_use, 1 - b_half[0], b_half[1], False)
+                    pipe_b.consumer_wait(prev_state)
             pipe_b.consumer_wait(b_state)
         n0 = n * tile_n
         for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
@@ -1040,7 +1084,12 @@ class RelAttnFwdSm90:
         """``bias_ring``: the pipeline position (the producer's when ``producer``) of warpgroup
         ``half``'s bias for the band tile with use ``bias_use``, and the shift from a tile row to
         its buffer row. With ``ring`` (page ``tile_n``) half number ``2 * bias_use + half`` of the
-        ring, in slot ``number % 3``, its ``number // 3``-th use; else the one buffer, slot 0."""
+        ring, in slot ``number % 3``, its ``number // 3``-th use; else the one buffer, slot 0.
+
+        A parity wait only tells two consecutive phases apart, and a slot's uses alternate between
+        the warpgroups; so every producer thread and every consumer warpgroup waits on each number
+        in order (the producers on all of them, a warpgroup on the other's number just before its
+        own), which keeps each waiter within one phase of every slot."""
         number = cutlass.select_(ring, 2 * bias_use + half, bias_use)
         slot = cutlass.select_(ring, number % 3, Int32(0))
         phase = cutlass.select_(ring, number // 3, bias_use) % 2
