@@ -16,8 +16,8 @@ GEMMs (named barriers, ping-pong). The producer issues K of tile ``i + 1`` befor
 This paragraph is the kernel at :class:`RelAttnFwdSm90`'s keyword defaults. :data:`SCHEDULE`,
 what the backend builds, changes it with the options that class's docstring describes: at page
 128 whole K/V tiles by TMA and the bias buffer in per-warpgroup halves, each bias row staged by one
-bulk copy, a body without masks for band tiles that need none, O out through shared memory, and a
-32 / 232 register split.
+bulk copy, a body without masks for band tiles that need none, masks that test the distance only,
+O out through shared memory, and a 32 / 232 register split.
 
 Per CTA the key tiles that hold visible keys (causal, and ``d <= window`` for a sliding layer)
 are computed up front and walked from the diagonal downwards; nothing else is loaded. The key
@@ -80,7 +80,7 @@ SMEM_LIMIT = 227 * 1024
 SCHEDULE = dict(
     fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, band_split=True, late_rescale=True,
     smem_epilogue=True, fence_gathered_only=True, bias_per_wg="tile_pages", producer_regs=32, consumer_regs=232,
-    bias_bulk=True,
+    bias_bulk=True, kv_len_mask=False,
 )
 
 
@@ -243,15 +243,8 @@ class RelAttnFwdSm90:
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
       tile's extra cost into the staging's and the consumers' shares.
-    - ``bias_ring`` (with ``bias_per_wg="tile_pages"`` and ``bias_bulk``): at page ``tile_n`` the
-      bias buffer holds three warpgroup halves (64 rows each) used as a ring, in the order the
-      consumers read them (tile ``i``'s half for warpgroup ``w`` is number ``2 i + w``, in slot
-      ``(2 i + w) % 3``), instead of one half a warpgroup. A half is refilled once the half three
-      before it is read, so each warpgroup's next bias can land while the other warpgroup reads
-      its current one: half an iteration more lead than two fixed halves. 1.5x the bias buffer
-      (52 KB at tile 128 x 128). At other page sizes, one buffer as without ``bias_per_wg``.
     - ``kv_len_mask``: masked tiles hide keys at or past ``kv_len`` as well as those outside
-      ``0 <= d <= window``. Without it, only ``d`` decides: a request's rows have
+      ``0 <= d <= window``. Without it (``SCHEDULE``), only ``d`` decides: a request's rows have
       ``q_abs < kv_len``, so ``d >= 0`` already hides those keys from them; only the M tile's rows
       past the request (never stored) can see them, and those key rows are finite copies of row
       ``kv_len - 1``.
@@ -260,7 +253,7 @@ class RelAttnFwdSm90:
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
-                 bias_per_wg: bool = False, bias_bulk: bool = False, bias_ring: bool = False, kv_len_mask: bool = True,
+                 bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -284,17 +277,11 @@ class RelAttnFwdSm90:
         self.fence_gathered_only = fence_gathered_only
         self.bias_per_wg = bias_per_wg
         self.bias_bulk = bias_bulk
+        self.kv_len_mask = kv_len_mask
         if bias_bulk and config.tile_m != PRODUCER_THREADS:
             raise ValueError(f"bias_bulk stages one row a producer thread; tile_m is {config.tile_m}")
-        self.bias_ring = bias_ring
-        self.kv_len_mask = kv_len_mask
-        if bias_ring and (bias_per_wg != "tile_pages" or not bias_bulk):
-            raise ValueError("bias_ring needs bias_per_wg='tile_pages' and bias_bulk")
-        #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg, three
-        #: halves with bias_ring
-        self.bias_halves = 3 if bias_ring else 2 if bias_per_wg else 1
-        #: rows of the bias buffer
-        self.bias_rows = config.tile_m * 3 // 2 if bias_ring else config.tile_m
+        #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
+        self.bias_halves = 2 if bias_per_wg else 1
         if bias_per_wg not in (False, True, "tile_pages"):
             raise ValueError(f"bias_per_wg is {bias_per_wg!r}; expected False, True or 'tile_pages'")
         self.fresh_scores = fresh_scores
@@ -359,7 +346,7 @@ class RelAttnFwdSm90:
         )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
         sKV_layout = self._smem_layout(self.tile_n, STAGES)
-        sB_layout = cute.make_layout((self.bias_rows, self.bias_width), stride=(self.bias_width, 1))
+        sB_layout = cute.make_layout((self.tile_m, self.bias_width), stride=(self.bias_width, 1))
 
         @cute.struct
         class SharedStorage:
@@ -456,8 +443,6 @@ class RelAttnFwdSm90:
             if const_expr(self.bias_per_wg):
                 bias_producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self._half_count(PRODUCER_THREADS, page_size))
                 bias_consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self._half_count(consumer_arrivals, page_size))
-            if const_expr(self.bias_ring):
-                bias_producers = producers  # every producer thread arrives on every half (_load_bias_ring)
             pipes = [
                 pipeline.PipelineCpAsync.create(
                     barrier_storage=bar.data_ptr(), num_stages=stages, producer_group=group_p,
@@ -691,46 +676,6 @@ class RelAttnFwdSm90:
         ``bias_bulk`` one bulk copy of the rest (:meth:`_bulk_bias_row`), else one ``cp.async`` per
         16-byte chunk inside ``[0, E)``. ``bias_use``: the tile's index among the walk's band tiles
         (its place in the bias pipeline)."""
-        if const_expr(self.bias_ring):
-            self._load_bias_ring(mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent,
-                                 tidx, page_size)  # fmt: skip
-        else:
-            self._load_bias_buffer(mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0,
-                                   rel_extent, tidx, copy_atom, page_size)  # fmt: skip
-
-    @cute.jit
-    def _load_bias_ring(self, mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent,
-                        tidx, page_size):  # fmt: skip
-        """``bias_ring``'s staging of band tile use ``bias_use``: at page ``tile_n`` every producer
-        thread takes both of the tile's halves in ring order (numbers ``2 * bias_use`` and
-        ``2 * bias_use + 1``), copying its row into the half its consumer warpgroup reads and
-        arriving on the other with no bytes, so each thread waits on every number in turn and no
-        parity wait can pass on a use two phases back (a slot's uses alternate between the
-        warpgroups). Elsewhere the one buffer, slot 0."""
-        ring = page_size == self.tile_n
-        my_half = tidx // (PRODUCER_THREADS // 2)
-        staged_len = Int32(0) if const_expr(self.debug_skip_bias_copies) else q_len
-        row = m_block * self.tile_m + tidx
-        tok = row // self.group
-        d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
-        for h in cutlass.range_constexpr(2):
-            if const_expr(h == 0):
-                mine = my_half == 0 or not ring
-                state, shift = self._ring_slot(bias_use, Int32(0), ring, True)
-                pipe.producer_acquire(state)
-                self._bulk_bias_row(mRel, sB, pipe, state, tidx + shift, row, tok, d0, q_start,
-                                    cutlass.select_(mine, staged_len, Int32(0)), q_head0, rel_extent)  # fmt: skip
-            else:
-                if ring:
-                    state, shift = self._ring_slot(bias_use, Int32(1), ring, True)
-                    pipe.producer_acquire(state)
-                    self._bulk_bias_row(mRel, sB, pipe, state, tidx + shift, row, tok, d0, q_start,
-                                        cutlass.select_(my_half == 1, staged_len, Int32(0)), q_head0, rel_extent)  # fmt: skip
-
-    @cute.jit
-    def _load_bias_buffer(self, mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent,
-                          tidx, copy_atom, page_size):  # fmt: skip
-        """:meth:`_load_bias` with one buffer, or (``bias_per_wg``) one half a consumer warpgroup."""
         state = _state(1, bias_use, 0, (bias_use % 2) ^ 1)
         if const_expr(self.bias_per_wg):
             # thread t stages row t, which the consumer warpgroup t // 64 reads
@@ -763,7 +708,7 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _bulk_bias_row(self, mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent):
-        """``bias_bulk``'s staging into buffer row ``r`` (packed row ``row``, token ``tok``, slice start
+        """``bias_bulk``'s staging of tile row ``r`` (packed row ``row``, token ``tok``, slice start
         ``d0``, as :meth:`_load_bias` computes them): the distances ``[max(d0, 0), min(d0 + bias_width,
         E))`` of its rel_logits row in one bulk copy, and this thread's arrival on the bias barrier with
         that many transaction bytes (zero for a row past the request's tokens, or a slice wholly
@@ -795,8 +740,6 @@ class RelAttnFwdSm90:
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
         # the bias half this warpgroup reads (bias_per_wg), else the one buffer
         b_half = self._bias_half(wg_idx, page_size)
-        if const_expr(self.bias_ring):
-            b_half = (wg_idx, page_size == tile_n)
         # V seen as the (head_dim, tile_n) B operand of O += P V
         sVt = cute.composition(sV, cute.make_ordered_layout((self.head_dim, tile_n, STAGES), order=(1, 0, 2)))
 
@@ -1027,19 +970,8 @@ class RelAttnFwdSm90:
         in_band = bias_use < num_band
         if const_expr(not masked):
             in_band = True
-        row_shift = Int32(0)
-        if const_expr(self.bias_ring):
-            b_state, row_shift = self._ring_slot(bias_use, b_half[0], b_half[1], False)
-        else:
-            b_state = self._bias_state(bias_use, b_half)
+        b_state = self._bias_state(bias_use, b_half)
         if in_band:
-            if const_expr(self.bias_ring):
-                # first the ring's number before this warpgroup's (the other warpgroup's), so this
-                # warpgroup waits on every number in turn (see _load_bias_ring)
-                prev_use = bias_use - 1 + b_half[0]
-                if b_half[1] and prev_use >= 0:
-                    prev_state, _ = self._ring_slot(prev_use, 1 - b_half[0], b_half[1], False)
-                    pipe_b.consumer_wait(prev_state)
             pipe_b.consumer_wait(b_state)
         n0 = n * tile_n
         for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
@@ -1048,7 +980,7 @@ class RelAttnFwdSm90:
             base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
             for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                 c = tScS_mn[0, j][1]
-                bias = sB[r + row_shift, base - c].to(Float32)
+                bias = sB[r, base - c].to(Float32)
                 if const_expr(log2_units):
                     bias = bias * LOG2_E
                 if const_expr(masked):
@@ -1078,25 +1010,6 @@ class RelAttnFwdSm90:
         if const_expr(self.bias_per_wg == "tile_pages"):
             half = cutlass.select_(page_size == self.tile_n, half, Int32(0))
         return half
-
-    @cute.jit
-    def _ring_slot(self, bias_use, half, ring, producer: cutlass.Constexpr):
-        """``bias_ring``: the pipeline position (the producer's when ``producer``) of warpgroup
-        ``half``'s bias for the band tile with use ``bias_use``, and the shift from a tile row to
-        its buffer row. With ``ring`` (page ``tile_n``) half number ``2 * bias_use + half`` of the
-        ring, in slot ``number % 3``, its ``number // 3``-th use; else the one buffer, slot 0.
-
-        A parity wait only tells two consecutive phases apart, and a slot's uses alternate between
-        the warpgroups; so every producer thread and every consumer warpgroup waits on each number
-        in order (the producers on all of them, a warpgroup on the other's number just before its
-        own), which keeps each waiter within one phase of every slot."""
-        number = cutlass.select_(ring, 2 * bias_use + half, bias_use)
-        slot = cutlass.select_(ring, number % 3, Int32(0))
-        phase = cutlass.select_(ring, number // 3, bias_use) % 2
-        if const_expr(producer):
-            phase = phase ^ 1
-        shift = cutlass.select_(ring, (slot - half) * (self.tile_m // 2), Int32(0))
-        return _state(3, number, slot, phase), shift
 
     def _bias_state(self, bias_use, b_half):
         """The consumers' pipeline position of the bias of the band tile with use ``bias_use`` in

@@ -51,9 +51,6 @@ VARIANT_CASES = {
     "prefill32k_global_page128": ("allplain", "bias_nostage"),
 }  # fmt: skip
 
-#: variants timed on every case (when named in --variants)
-EVERY_CASE = ("bias_ring", "no_kv_mask", "ring_nokv")
-
 #: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
 VARIANTS = {
     "default": {},
@@ -71,11 +68,8 @@ VARIANTS = {
     "bias_nostage": dict(debug_skip_bias_copies=True),
     # the bias rows by 17 cp.async each (the build: one bulk copy, the TMA unit's 1-D copy, a row)
     "no_bias_bulk": dict(bias_bulk=False),
-    # three warpgroup halves of bias as a ring at page 128 (the build: one fixed half a warpgroup)
-    "bias_ring": dict(bias_ring=True),
-    # masked tiles test d only, not the key against kv_len
-    "no_kv_mask": dict(kv_len_mask=False),
-    "ring_nokv": dict(bias_ring=True, kv_len_mask=False),
+    # masked tiles also test each key against kv_len (the build tests d only)
+    "kv_len_mask": dict(kv_len_mask=True),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
@@ -157,7 +151,7 @@ def run_case(name, kw, variants) -> dict:
         _check(row, "cute", out[:n], want)
     except Exception:  # noqa: BLE001
         row["cute_error"] = traceback.format_exc()[-1500:]
-    for v in VARIANT_CASES.get(name, ()) + EVERY_CASE:
+    for v in VARIANT_CASES.get(name, ()):
         if v not in variants:
             continue
         try:
