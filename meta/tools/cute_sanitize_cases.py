@@ -31,7 +31,9 @@ CASES = [
 
 
 def run_case(name: str, kw: dict) -> bool:
-    case = make_case(**kw, head_dim=int(os.environ.get("CUTE_SANITIZE_HEAD_DIM", "128")), dtype=torch.bfloat16, device="cuda", extra_tokens=5, spare_blocks=4, extra_table_cols=3)
+    head_dim = int(os.environ.get("CUTE_SANITIZE_HEAD_DIM", "128"))  # 64: the kernel's other head_dim
+    case = make_case(**kw, head_dim=head_dim, dtype=torch.bfloat16, device="cuda", extra_tokens=5, spare_blocks=4,
+                     extra_table_cols=3)  # fmt: skip
     n = sum(case.q_lens)
     out = torch.full_like(case.q, 7.0)
     inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="cute", out=out)
