@@ -1,6 +1,6 @@
 """A few small calls of the CuTe backend for compute-sanitizer (lab tool; meta/tools/cute_sanitize.sh).
 
-    python3 meta/tools/cute_sanitize_cases.py [--repeat N]
+    python3 meta/tools/cute_sanitize_cases.py [--repeat N]     # CUTE_SANITIZE_HEAD_DIM=64: the cases at head_dim 64
 
 Each case goes through ``inkling_ops.rel_attn(..., backend="cute")`` and is compared with the
 fp32 reference (atol = rtol = 2e-2). The cases are chosen to reach the edges a sanitizer
