@@ -105,6 +105,26 @@ def test_cute_compile_head_dim_64():
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
 
 
+def test_cute_compile_lean_mask_option():
+    """``lean_mask`` with ``mask_unsigned`` (schedule options, off in SCHEDULE until an H200 run
+    measures them): it compiles without spills, and the producer's zeros past E are ordered before
+    the next bulk copy by a proxy fence that the build does not have."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
+
+    def ptx_of(**variant):
+        return cute_runtime.compile_with(
+            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
+        ).ptx
+
+    lean, build = ptx_of(mask_unsigned=True, lean_mask=True), ptx_of()
+    assert not re.search(r"\.local\s", lean), "registers spilled to local memory"
+    fence = r"fence\.proxy\.async\.shared::cta"
+    # one a bias staging site (the walk's first band tile and the loop's)
+    assert len(re.findall(fence, lean)) == len(re.findall(fence, build)) + 2
+
+
 def test_cute_compile_sliding_page128_g4_fp16():
     ptx = _compile_ptx(_problem(dtype=torch.float16, kv_heads=2, page=128, extent=512, window=511))
     _check_hopper_ptx(ptx)

@@ -53,7 +53,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as hopper
-from cutlass import Float32, Int32, Int64, const_expr
+from cutlass import Float32, Int32, Int64, Uint32, const_expr
 from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
@@ -248,12 +248,20 @@ class RelAttnFwdSm90:
       ``q_abs < kv_len``, so ``d >= 0`` already hides those keys from them; only the M tile's rows
       past the request (never stored) can see them, and those key rows are finite copies of row
       ``kv_len - 1``.
+    - ``mask_unsigned``: masked tiles test ``0 <= d <= window`` as one unsigned compare,
+      ``uint(d) <= uint(window)``, instead of two signed ones.
+    - ``lean_mask`` (with ``bias_bulk``): masked tiles add the staged value without selecting it
+      away at ``d >= E``. The producer writes zeros over the part of a row's slice at or past
+      ``E`` (only rows whose slice crosses it), and a masked tile outside the band reads a row of
+      zeros the CTA writes once at its start (one extra buffer row), instead of the bias buffer it
+      does not wait for.
     """
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
                  bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
+                 mask_unsigned: bool = False, lean_mask: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -278,6 +286,13 @@ class RelAttnFwdSm90:
         self.bias_per_wg = bias_per_wg
         self.bias_bulk = bias_bulk
         self.kv_len_mask = kv_len_mask
+        self.mask_unsigned = mask_unsigned
+        self.lean_mask = lean_mask
+        if lean_mask and not bias_bulk:
+            raise ValueError("lean_mask needs bias_bulk (its producer writes a row's zeros with its copy)")
+        #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
+        self.zero_row = config.tile_m
+        self.bias_rows = config.tile_m + 1 if lean_mask else config.tile_m
         if bias_bulk and config.tile_m != PRODUCER_THREADS:
             raise ValueError(f"bias_bulk stages one row a producer thread; tile_m is {config.tile_m}")
         #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
@@ -346,7 +361,7 @@ class RelAttnFwdSm90:
         )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
         sKV_layout = self._smem_layout(self.tile_n, STAGES)
-        sB_layout = cute.make_layout((self.tile_m, self.bias_width), stride=(self.bias_width, 1))
+        sB_layout = cute.make_layout((self.bias_rows, self.bias_width), stride=(self.bias_width, 1))
 
         @cute.struct
         class SharedStorage:
@@ -435,6 +450,10 @@ class RelAttnFwdSm90:
             m_block = num_m - 1 - m_rev
             smem = cutlass.memory.SmemAllocator()
             storage = smem.allocate(SharedStorage)
+            if const_expr(self.lean_mask):
+                # the row of zeros a masked tile outside the band reads (visible after the sync below)
+                if tidx < self.bias_width:
+                    storage.sB.get_tensor(sB_layout)[self.zero_row, tidx] = self.dtype(0.0)
             producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
             consumer_arrivals = self.num_mma_threads // 32 if self.release_per_warp else self.num_mma_threads
             consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals)
@@ -721,6 +740,17 @@ class RelAttnFwdSm90:
         size = Int32(0)
         if tok < staged_len and hi > lo:
             size = (hi - lo) * elem
+        if const_expr(self.lean_mask):
+            # zeros over [E - d0, bias_width) of the slice (lean_mask reads them unselected); written
+            # before this thread's arrival, which releases them to the consumers
+            if tok < staged_len and d0 + self.bias_width > rel_extent:
+                z0 = cutlass.max(rel_extent - d0, 0)
+                for k in cutlass.range_constexpr(self.bias_width // CHUNK):
+                    if k * CHUNK >= z0:
+                        for e in cutlass.range_constexpr(CHUNK):
+                            sB[r, k * CHUNK + e] = self.dtype(0.0)
+                # the next tile's bulk copy (async proxy) may write over these generic stores
+                cute.arch.fence_view_async_shared()
         full = pipe.producer_get_barrier(state)
         cute.arch.mbarrier_arrive_and_expect_tx(full, size)
         if size > 0:
@@ -977,6 +1007,9 @@ class RelAttnFwdSm90:
         for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
             qa = row_qabs[i]
             r = tScS_mn[i, 0][0]
+            if const_expr(masked and self.lean_mask):
+                # outside the band the row of zeros: nothing was staged for this tile
+                r = cutlass.select_(in_band, r, Int32(self.zero_row))
             base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
             for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                 c = tScS_mn[0, j][1]
@@ -985,9 +1018,14 @@ class RelAttnFwdSm90:
                     bias = bias * LOG2_E
                 if const_expr(masked):
                     d = qa - n0 - c
-                    s = acc_S_mn[i, j] * scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
+                    if const_expr(self.lean_mask):
+                        s = acc_S_mn[i, j] * scale + bias
+                    else:
+                        s = acc_S_mn[i, j] * scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
                     if const_expr(self.kv_len_mask):
                         visible = d >= 0 and d <= window and n0 + c < kv_len
+                    elif const_expr(self.mask_unsigned):
+                        visible = Uint32(d) <= Uint32(window)
                     else:
                         visible = d >= 0 and d <= window
                     acc_S_mn[i, j] = s if visible else -Float32.inf

@@ -70,6 +70,10 @@ VARIANTS = {
     "no_bias_bulk": dict(bias_bulk=False),
     # masked tiles also test each key against kv_len (the build tests d only)
     "kv_len_mask": dict(kv_len_mask=True),
+    # masked tiles: 0 <= d <= window as one unsigned compare; and (lean) the bias unselected, over
+    # zeros the producer writes past E and a row of zeros outside the band
+    "mask_u": dict(mask_unsigned=True),
+    "lean": dict(mask_unsigned=True, lean_mask=True),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
