@@ -125,6 +125,19 @@ def test_cute_compile_lean_mask_option():
     assert len(re.findall(fence, lean)) == len(re.findall(fence, build)) + 2
 
 
+def test_cute_compile_solo_wg_option():
+    """``solo_wg`` (a schedule option, off in SCHEDULE until an H200 run measures it) compiles
+    without spills, and its idle warpgroup's skipped GEMMs leave the wgmma count as it is."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    ptx = cute_runtime.compile_with(
+        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, solo_wg=True), arch="sm_90a", ptx=True
+    ).ptx
+    assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
+    assert len(re.findall(r"wgmma\.mma_async", ptx)) == 32
+
+
 def test_cute_compile_sliding_page128_g4_fp16():
     ptx = _compile_ptx(_problem(dtype=torch.float16, kv_heads=2, page=128, extent=512, window=511))
     _check_hopper_ptx(ptx)

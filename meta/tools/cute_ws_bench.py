@@ -74,6 +74,8 @@ VARIANTS = {
     # zeros the producer writes past E and a row of zeros outside the band
     "mask_u": dict(mask_unsigned=True),
     "lean": dict(mask_unsigned=True, lean_mask=True),
+    # a CTA whose second warpgroup holds only rows past the request runs the first alone
+    "solo": dict(solo_wg=True),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
