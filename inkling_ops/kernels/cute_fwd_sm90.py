@@ -456,10 +456,11 @@ class RelAttnFwdSm90:
             m_block = num_m - 1 - m_rev
             smem = cutlass.memory.SmemAllocator()
             storage = smem.allocate(SharedStorage)
+            sB = storage.sB.get_tensor(sB_layout)
             if const_expr(self.lean_mask):
                 # the row of zeros a masked tile outside the band reads (visible after the sync below)
                 if tidx < self.bias_width:
-                    storage.sB.get_tensor(sB_layout)[self.zero_row, tidx] = self.dtype(0.0)
+                    sB[self.zero_row, tidx] = self.dtype(0.0)
             producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
             consumer_arrivals = self.num_mma_threads // 32 if self.release_per_warp else self.num_mma_threads
             consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals)
@@ -484,7 +485,6 @@ class RelAttnFwdSm90:
             sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
             sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
             sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
-            sB = storage.sB.get_tensor(sB_layout)
 
             # -------- tile ranges (uniform over the CTA) --------
             offset = kv_len - q_len  # q_abs = offset + token
@@ -1046,12 +1046,12 @@ class RelAttnFwdSm90:
                         s = acc_S_mn[i, j] * scale + bias
                     else:
                         s = acc_S_mn[i, j] * scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
-                    if const_expr(self.kv_len_mask):
-                        visible = d >= 0 and d <= window and n0 + c < kv_len
-                    elif const_expr(self.mask_unsigned):
+                    if const_expr(self.mask_unsigned):
                         visible = Uint32(d) <= Uint32(window)
                     else:
                         visible = d >= 0 and d <= window
+                    if const_expr(self.kv_len_mask):
+                        visible = visible and n0 + c < kv_len
                     acc_S_mn[i, j] = s if visible else -Float32.inf
                 else:
                     acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
