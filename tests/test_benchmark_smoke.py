@@ -150,12 +150,23 @@ def test_paged_inputs_hold_the_dense_kv(page_size):
     assert (inputs.q != 0).all() and (inputs.rel_logits != 0).all()
 
 
+def _serving_case(name: str) -> bm.BenchCase:
+    cases, _ = bm.load_cases(bm.BENCH_DIR / "serving_cases.json")
+    return next(c for c in cases if c.name == name)
+
+
+def _any_case(name: str) -> bm.BenchCase:
+    return _serving_case(name) if name.startswith("serving") else _case(name)
+
+
 @pytest.mark.parametrize(
-    "name", [pytest.param("chunk2k_on16k_x4", marks=pytest.mark.slow), "prefill8k_local", "decode_b64_8k_local"]
-)
+    "name",
+    [pytest.param("chunk2k_on16k_x4", marks=pytest.mark.slow), "prefill8k_local", "decode_b64_8k_local",
+     "serving_chunk2k_decodes63_global", "serving_chunk2k_decodes63_sliding"],
+)  # fmt: skip
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_reference_rows_match_the_brute_force_oracle(name, with_bias):
-    case = bm.smoke_case(_case(name))
+    case = bm.smoke_case(_any_case(name))
     inputs = bm.make_inputs(case, CPU, seed=2, dtype=torch.bfloat16)
     paged = bm.make_paged(inputs, 16)
     rel = inputs.rel_logits if with_bias else torch.zeros_like(inputs.rel_logits)
@@ -165,14 +176,50 @@ def test_reference_rows_match_the_brute_force_oracle(name, with_bias):
     )  # fmt: skip
     rows = bm.check_rows(case)
     ref = bm.reference_rows(inputs, rows, with_bias=with_bias)
-    assert bm.relative_l2(oracle, rows, ref, case.q_len) < 1e-12
-    assert bm.relative_l2(oracle.flip(0), rows, ref, case.q_len) > 1e-2  # the check does notice wrong rows
+    assert bm.relative_l2(oracle, rows, ref, case) < 1e-12
+    assert bm.relative_l2(oracle.flip(0), rows, ref, case) > 1e-2  # the check does notice wrong rows
 
 
 def test_check_rows_cover_first_and_last_request():
     rows = bm.check_rows(_case("chunk2k_on16k_x4"))
     assert {b for b, _ in rows} == {0, 3} and {i for _, i in rows} == {0, 1, 1024, 2046, 2047}
     assert bm.check_rows(_case("decode_b1_128k")) == [(0, 0)]
+
+
+# --- mixed batches (a chunk and decodes) ---------------------------------------------------------
+
+
+def test_serving_cases_are_a_chunk_and_decodes():
+    case = _serving_case("serving_chunk2k_decodes63_global")
+    assert case.mixed and case.total_reqs == 64 and case.num_tokens == 2048 + 63
+    assert case.q_lens == (2048,) + (1,) * 63
+    # the chunk's rows see 6145..8192 keys, each decode all 8192
+    assert bm.visible_pairs(case) == sum(range(6145, 8193)) + 63 * 8192
+    kv = 2 * (8192 + 63 * 8192) * 1 * 128
+    assert bm.byte_count(case) == 2 * (kv + 2 * 2111 * 8 * 128 + 2111 * 8 * 1024)
+    assert bm.headline_metric(case) == "TFLOP/s"
+    assert [case.row(b, i) for b, i in [(0, 0), (0, 2047), (1, 0), (63, 0)]] == [0, 2047, 2048, 2110]
+    rows = bm.check_rows(case)
+    assert {b for b, _ in rows} == {0, 1, 63} and (0, 2047) in rows and (63, 0) in rows
+    sliding = _serving_case("serving_chunk2k_decodes63_sliding")
+    assert bm.visible_pairs(sliding) == 2048 * 512 + 63 * 512
+    small = bm.smoke_case(case)
+    assert small.decodes == 3 and small.mixed and small.num_reqs == 1
+
+
+def test_mixed_inputs_pack_the_decodes_after_the_chunk():
+    case = bm.smoke_case(_serving_case("serving_chunk2k_decodes63_sliding"))
+    inputs = bm.make_inputs(case, CPU, seed=3)
+    assert inputs.cu_seqlens_q.tolist() == [0, case.q_len, case.q_len + 1, case.q_len + 2, case.q_len + 3]
+    assert inputs.q.shape[0] == case.num_tokens and inputs.cache_seqlens.tolist() == [case.kv_len] * 4
+    paged = bm.make_paged(inputs, 16)
+    assert paged.block_table.shape[0] == case.total_reqs
+    with pytest.raises(bm.Unavailable, match="mixed batch"):
+        bm.make_dense(inputs)
+    assert bm.SdpaPeer().skipped(_serving_case("serving_chunk2k_decodes63_global")) == bm.MIXED_DENSE_REASON
+    assert bm.FlexPeer().skipped(case) == bm.MIXED_DENSE_REASON and bm.FlexPeer().skipped(_case("prefill8k_local")) is None
+    with pytest.raises(ValueError, match="decodes"):
+        dataclasses.replace(case, decodes=-1)
 
 
 # --- table ----------------------------------------------------------------------------------------

@@ -106,9 +106,9 @@ def test_cute_compile_head_dim_64():
 
 
 def test_cute_compile_lean_mask_option():
-    """``lean_mask`` with ``mask_unsigned`` (schedule options, off in SCHEDULE until an H200 run
-    measures them): it compiles without spills, and the producer's zeros past E are ordered before
-    the next bulk copy by a proxy fence that the build does not have."""
+    """``lean_mask`` (a schedule option, off in SCHEDULE until an H200 run measures it): it compiles
+    without spills, the producer's zeros past E are ordered before the next bulk copy by a proxy
+    fence that the build does not have, and the masked tiles keep one visibility select a score."""
     from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
@@ -118,11 +118,14 @@ def test_cute_compile_lean_mask_option():
             lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
         ).ptx
 
-    lean, build = ptx_of(mask_unsigned=True, lean_mask=True), ptx_of()
+    lean, build = ptx_of(lean_mask=True), ptx_of()
     assert not re.search(r"\.local\s", lean), "registers spilled to local memory"
     fence = r"fence\.proxy\.async\.shared::cta"
     # one a bias staging site (the walk's first band tile and the loop's)
     assert len(re.findall(fence, lean)) == len(re.findall(fence, build)) + 2
+    # the visibility test stays (one compare a masked score); only the select at d >= E goes
+    assert len(re.findall(r"setp\.le\.s32", lean)) == len(re.findall(r"setp\.le\.s32", build)) >= 128
+    assert len(re.findall(r"selp\.f32", lean)) <= len(re.findall(r"selp\.f32", build)) - 64
 
 
 def test_cute_compile_solo_wg_option():

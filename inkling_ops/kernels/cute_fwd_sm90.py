@@ -53,7 +53,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as hopper
-from cutlass import Float32, Int32, Int64, Uint32, const_expr
+from cutlass import Float32, Int32, Int64, const_expr
 from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
@@ -248,8 +248,6 @@ class RelAttnFwdSm90:
       ``q_abs < kv_len``, so ``d >= 0`` already hides those keys from them; only the M tile's rows
       past the request (never stored) can see them, and those key rows are finite copies of row
       ``kv_len - 1``.
-    - ``mask_unsigned``: masked tiles test ``0 <= d <= window`` as one unsigned compare,
-      ``uint(d) <= uint(window)``, instead of two signed ones.
     - ``lean_mask`` (with ``bias_bulk``): masked tiles add the staged value without selecting it
       away at ``d >= E``. The producer writes zeros over the part of a row's slice at or past
       ``E`` (only rows whose slice crosses it), and a masked tile outside the band reads a row of
@@ -266,7 +264,7 @@ class RelAttnFwdSm90:
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
                  bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
-                 mask_unsigned: bool = False, lean_mask: bool = False, solo_wg: bool = False,
+                 lean_mask: bool = False, solo_wg: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -291,7 +289,6 @@ class RelAttnFwdSm90:
         self.bias_per_wg = bias_per_wg
         self.bias_bulk = bias_bulk
         self.kv_len_mask = kv_len_mask
-        self.mask_unsigned = mask_unsigned
         self.solo_wg = solo_wg
         self.lean_mask = lean_mask
         if lean_mask and not bias_bulk:
@@ -1046,10 +1043,7 @@ class RelAttnFwdSm90:
                         s = acc_S_mn[i, j] * scale + bias
                     else:
                         s = acc_S_mn[i, j] * scale + cutlass.select_(d < rel_extent, bias, Float32(0.0))
-                    if const_expr(self.mask_unsigned):
-                        visible = Uint32(d) <= Uint32(window)
-                    else:
-                        visible = d >= 0 and d <= window
+                    visible = d >= 0 and d <= window
                     if const_expr(self.kv_len_mask):
                         visible = visible and n0 + c < kv_len
                     acc_S_mn[i, j] = s if visible else -Float32.inf

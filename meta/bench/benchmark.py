@@ -53,6 +53,7 @@ import dataclasses
 import datetime
 import importlib
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
@@ -94,6 +95,8 @@ DECODE_MAX_Q = 16
 DEFAULT_REFERENCE_MAX_PAIRS = 1 << 26
 #: Spare cache blocks no request uses; they hold NaN so a peer that reads them shows it.
 SPARE_BLOCKS = 2
+#: Why the dense peers (SDPA, FlexAttention) skip a mixed batch.
+MIXED_DENSE_REASON = "a mixed batch (a chunk and decodes) has no dense (B, H, L, D) layout for this peer"
 #: Label of the host-overhead pseudo-case in the records.
 HOST_CASE = "host_overhead_tiny_decode"
 
@@ -121,7 +124,11 @@ EMBEDDED_CASES: tuple[dict, ...] = (
 
 @dataclass(frozen=True)
 class BenchCase:
-    """One benchmark shape: ``num_reqs`` requests, each ``q_len`` new tokens at the end of ``kv_len``."""
+    """One benchmark shape: ``num_reqs`` requests, each ``q_len`` new tokens at the end of ``kv_len``,
+    then ``decodes`` requests of one new token each, also at ``kv_len`` (a serving-shaped batch: a
+    prefill chunk and many decodes in one call). Packed rows: the ``num_reqs`` chunks first, then
+    the decodes; ``max_seqlen_q`` is ``q_len``.
+    """
 
     name: str
     num_reqs: int
@@ -132,6 +139,7 @@ class BenchCase:
     d: int
     rel_extent: int
     window_left: int = -1
+    decodes: int = 0
 
     def __post_init__(self):
         if not (self.num_reqs >= 1 and 1 <= self.q_len <= self.kv_len):
@@ -140,10 +148,36 @@ class BenchCase:
             raise ValueError(f"case {self.name!r}: hq ({self.hq}) must be a multiple of hkv ({self.hkv})")
         if self.rel_extent < 1 or self.window_left < -1:
             raise ValueError(f"case {self.name!r}: need rel_extent >= 1 and window_left >= -1, got {self}")
+        if self.decodes < 0:
+            raise ValueError(f"case {self.name!r}: decodes must be >= 0, got {self.decodes}")
+
+    @property
+    def total_reqs(self) -> int:
+        """Requests in the call: the ``num_reqs`` chunks and the ``decodes``."""
+        return self.num_reqs + self.decodes
+
+    @property
+    def q_lens(self) -> tuple[int, ...]:
+        """Each request's new tokens, in packed order."""
+        return (self.q_len,) * self.num_reqs + (1,) * self.decodes
+
+    @property
+    def mixed(self) -> bool:
+        """Chunks and decodes of different lengths in one call (no dense (B, H, L, D) layout)."""
+        return self.decodes > 0 and self.q_len > 1
+
+    def row(self, b: int, i: int) -> int:
+        """The packed row of request ``b``'s ``i``-th new token."""
+        return b * self.q_len + i if b < self.num_reqs else self.num_reqs * self.q_len + (b - self.num_reqs) + i
+
+    def describe(self) -> str:
+        """``N x (q Q, kv K)`` and, for a mixed batch, ``+ D decodes``."""
+        text = f"{self.num_reqs} x (q {self.q_len}, kv {self.kv_len})"
+        return text + (f" + {self.decodes} decodes" if self.decodes else "")
 
     @property
     def num_tokens(self) -> int:
-        return self.num_reqs * self.q_len
+        return self.num_reqs * self.q_len + self.decodes
 
     @property
     def is_local(self) -> bool:
@@ -210,7 +244,7 @@ def filter_cases(cases: Iterable[BenchCase], pattern: str | None) -> list[BenchC
 def smoke_case(case: BenchCase) -> BenchCase:
     """A tiny version of ``case`` with the same structure (for CPU smoke runs).
 
-    Lengths shrink 64x (q_len 1 stays 1), at most 4 requests, E shrinks 16x and a window becomes
+    Lengths shrink 64x (q_len 1 stays 1), at most 4 requests and 3 decodes, E shrinks 16x and a window becomes
     E - 1, so the bias band, the window and the causal diagonal all still matter. The name gets
     an ``@smoke`` suffix so smoke records never pass for real ones.
     """
@@ -221,6 +255,7 @@ def smoke_case(case: BenchCase) -> BenchCase:
         case,
         name=f"{case.name}@smoke",
         num_reqs=min(case.num_reqs, 4),
+        decodes=min(case.decodes, 3),
         q_len=q_len,
         kv_len=kv_len,
         rel_extent=rel_extent,
@@ -234,7 +269,7 @@ def smoke_case(case: BenchCase) -> BenchCase:
 
 
 def visible_pairs(case: BenchCase) -> int:
-    return case.num_reqs * visible_pairs_per_request(case.q_len, case.kv_len, case.window_left)
+    return sum(visible_pairs_per_request(q, case.kv_len, case.window_left) for q in case.q_lens)
 
 
 def flop_count(case: BenchCase) -> int:
@@ -244,7 +279,7 @@ def flop_count(case: BenchCase) -> int:
 
 def byte_count(case: BenchCase, elem_bytes: int = 2) -> int:
     """K+V bytes that must be read (window-limited) + q + out + rel_logits bytes, each once."""
-    kv = 2 * case.num_reqs * kv_positions_read_per_request(case.q_len, case.kv_len, case.window_left) * case.hkv * case.d
+    kv = 2 * sum(kv_positions_read_per_request(q, case.kv_len, case.window_left) for q in case.q_lens) * case.hkv * case.d
     q_and_out = 2 * case.num_tokens * case.hq * case.d
     rel = case.num_tokens * case.hq * case.rel_extent
     return elem_bytes * (kv + q_and_out + rel)
@@ -272,8 +307,8 @@ def headline_metric(case: BenchCase) -> str:
 class CaseInputs:
     """The tensors of one case, shared by every page size and peer.
 
-    q (T, Hq, D), rel_logits (T, Hq, E), k_dense / v_dense (B, kv_len, Hkv, D); T = B * q_len,
-    request b owns rows [b * q_len, (b + 1) * q_len).
+    q (T, Hq, D), rel_logits (T, Hq, E), k_dense / v_dense (B, kv_len, Hkv, D); B = total_reqs,
+    T = num_tokens, request b owns rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) (``BenchCase.row``).
     """
 
     case: BenchCase
@@ -316,14 +351,15 @@ def make_inputs(case: BenchCase, device: torch.device, seed: int, dtype: torch.d
     def randn(*shape):
         return torch.randn(*shape, generator=g, device=device, dtype=dtype)
 
-    b, t = case.num_reqs, case.num_tokens
+    b, t = case.total_reqs, case.num_tokens
+    cu_seqlens_q = torch.tensor([0, *itertools.accumulate(case.q_lens)], device=device, dtype=torch.int32)
     return CaseInputs(
         case=case,
         q=randn(t, case.hq, case.d),
         rel_logits=randn(t, case.hq, case.rel_extent),
         k_dense=randn(b, case.kv_len, case.hkv, case.d),
         v_dense=randn(b, case.kv_len, case.hkv, case.d),
-        cu_seqlens_q=torch.arange(b + 1, device=device, dtype=torch.int32) * case.q_len,
+        cu_seqlens_q=cu_seqlens_q,
         cache_seqlens=torch.full((b,), case.kv_len, device=device, dtype=torch.int32),
         generator=g,
     )
@@ -337,16 +373,16 @@ def make_paged(inputs: CaseInputs, page_size: int, spare_blocks: int = SPARE_BLO
     """
     case, device = inputs.case, inputs.device
     pages = -(-case.kv_len // page_size)
-    used = case.num_reqs * pages
+    used = case.total_reqs * pages
     num_blocks = used + spare_blocks
     perm = torch.randperm(num_blocks, generator=inputs.generator, device=device)
-    block_table = perm[:used].view(case.num_reqs, pages).to(torch.int32).contiguous()
+    block_table = perm[:used].view(case.total_reqs, pages).to(torch.int32).contiguous()
 
     def paged(dense: torch.Tensor) -> torch.Tensor:
         cache = torch.full((num_blocks, page_size, case.hkv, case.d), float("nan"), device=device, dtype=dense.dtype)
         pad = pages * page_size - case.kv_len
         if pad:
-            filler = torch.randn(case.num_reqs, pad, case.hkv, case.d, generator=inputs.generator, device=device, dtype=dense.dtype)
+            filler = torch.randn(case.total_reqs, pad, case.hkv, case.d, generator=inputs.generator, device=device, dtype=dense.dtype)
             dense = torch.cat([dense, filler], dim=1)
         cache[perm[:used]] = dense.reshape(used, page_size, case.hkv, case.d)
         return cache
@@ -355,8 +391,13 @@ def make_paged(inputs: CaseInputs, page_size: int, spare_blocks: int = SPARE_BLO
 
 
 def make_dense(inputs: CaseInputs) -> DenseInputs:
-    """(B, H, L, D) contiguous copies for SDPA and FlexAttention (one request per batch row)."""
+    """(B, H, L, D) contiguous copies for SDPA and FlexAttention (one request per batch row).
+
+    A mixed batch has no such layout (its requests' q_len differ): :class:`Unavailable`.
+    """
     case = inputs.case
+    if case.mixed:
+        raise Unavailable(MIXED_DENSE_REASON, status="skipped")
     q = inputs.q.view(case.num_reqs, case.q_len, case.hq, case.d).transpose(1, 2).contiguous()
     return DenseInputs(q, inputs.k_dense.transpose(1, 2).contiguous(), inputs.v_dense.transpose(1, 2).contiguous())
 
@@ -373,10 +414,14 @@ def dense_to_packed(out: torch.Tensor) -> torch.Tensor:
 
 
 def check_rows(case: BenchCase) -> list[tuple[int, int]]:
-    """(request, query row) pairs checked: first, second, middle and last two rows of the first and last request."""
-    local = sorted({i for i in (0, 1, case.q_len // 2, case.q_len - 2, case.q_len - 1) if 0 <= i < case.q_len})
-    reqs = sorted({0, case.num_reqs - 1})
-    return [(b, i) for b in reqs for i in local]
+    """(request, query row) pairs checked: first, second, middle and last two rows of the first and
+    last chunk, and of the first and last decode."""
+
+    def local(q_len):
+        return sorted({i for i in (0, 1, q_len // 2, q_len - 2, q_len - 1) if 0 <= i < q_len})
+
+    reqs = sorted({0, case.num_reqs - 1} | ({case.num_reqs, case.total_reqs - 1} if case.decodes else set()))
+    return [(b, i) for b in reqs for i in local(case.q_lens[b])]
 
 
 def reference_rows(inputs: CaseInputs, rows: Sequence[tuple[int, int]], with_bias: bool) -> torch.Tensor:
@@ -385,8 +430,8 @@ def reference_rows(inputs: CaseInputs, rows: Sequence[tuple[int, int]], with_bia
     group = case.hq // case.hkv
     outs = []
     for b, i in rows:
-        t = b * case.q_len + i
-        q_abs = case.kv_len - case.q_len + i
+        t = case.row(b, i)
+        q_abs = case.kv_len - case.q_lens[b] + i
         lo = 0 if case.window_left < 0 else max(0, q_abs - case.window_left)
         keys = inputs.k_dense[b, lo : q_abs + 1].double().repeat_interleave(group, dim=1)  # (n, Hq, D)
         vals = inputs.v_dense[b, lo : q_abs + 1].double().repeat_interleave(group, dim=1)
@@ -399,9 +444,9 @@ def reference_rows(inputs: CaseInputs, rows: Sequence[tuple[int, int]], with_bia
     return torch.stack(outs)
 
 
-def relative_l2(packed_out: torch.Tensor, rows: Sequence[tuple[int, int]], ref: torch.Tensor, q_len: int) -> float:
+def relative_l2(packed_out: torch.Tensor, rows: Sequence[tuple[int, int]], ref: torch.Tensor, case: BenchCase) -> float:
     """||out - ref|| / ||ref|| over the checked rows (NaN propagates, and is flagged)."""
-    got = torch.stack([packed_out[b * q_len + i].double() for b, i in rows])
+    got = torch.stack([packed_out[case.row(b, i)].double() for b, i in rows])
     return float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref))
 
 
@@ -696,6 +741,9 @@ class FlexPeer(Peer):
             raise ValueError(f"--flex-mode is {mode!r}; expected auto, compile or eager")
         self.mode = mode
 
+    def skipped(self, case):
+        return MIXED_DENSE_REASON if case.mixed else None
+
     def unavailable(self, case, device):
         try:
             importlib.import_module("torch.nn.attention.flex_attention")
@@ -738,6 +786,8 @@ class SdpaPeer(Peer):
     def skipped(self, case):
         if case.is_local:
             return "SDPA has no sliding-window mask (anchors.md skips it on sliding layers)"
+        if case.mixed:
+            return MIXED_DENSE_REASON
         return None
 
     def prepare(self, inputs, paged, dense):
@@ -1135,7 +1185,7 @@ def run_peer(peer: Peer, inputs: CaseInputs, paged: PagedInputs | None, dense: D
         stage = "check"
         rows = check_rows(case)
         ref = reference_rows(inputs, rows, with_bias=peer.biased)
-        err = relative_l2(prepared.to_packed(out), rows, ref, case.q_len)
+        err = relative_l2(prepared.to_packed(out), rows, ref, case)
         del out
         stage = "memory"
         mem = measure_memory_mb(prepared.fn, device)
@@ -1189,7 +1239,7 @@ def run_case(case: BenchCase, page_sizes: Sequence[int], peers: Sequence[Peer], 
                 rec = dict(dense_records[peer.name], page_size=page_size)
                 rec["note"] = (rec["note"] + "; " if rec["note"] else "") + f"dense layout: measured once, at page size {page_sizes[0]}"
             else:
-                if peer.dense and dense is None:
+                if peer.dense and dense is None and peer.skipped(case) is None:
                     dense = make_dense(inputs)
                 rec = run_peer(peer, inputs, paged, dense if peer.dense else None, env, cfg, tol, log)
                 if peer.dense:
@@ -1456,15 +1506,15 @@ def _fa4_fake_call(varlen_fn: Callable, case: BenchCase, page: int, biased: bool
     """One :func:`call_fa4` on fake CUDA tensors shaped like ``case`` (inside a FakeTensorMode)."""
     dev, bf16 = "cuda", torch.bfloat16
     pages = -(-case.kv_len // page)
-    blocks = case.num_reqs * pages + SPARE_BLOCKS
+    blocks = case.total_reqs * pages + SPARE_BLOCKS
     call_fa4(
         varlen_fn, case,
         torch.empty(case.num_tokens, case.hq, case.d, dtype=bf16, device=dev),
         torch.empty(blocks, page, case.hkv, case.d, dtype=bf16, device=dev),
         torch.empty(blocks, page, case.hkv, case.d, dtype=bf16, device=dev),
-        torch.empty(case.num_reqs + 1, dtype=torch.int32, device=dev),
-        torch.empty(case.num_reqs, dtype=torch.int32, device=dev),
-        torch.empty(case.num_reqs, pages, dtype=torch.int32, device=dev),
+        torch.empty(case.total_reqs + 1, dtype=torch.int32, device=dev),
+        torch.empty(case.total_reqs, dtype=torch.int32, device=dev),
+        torch.empty(case.total_reqs, pages, dtype=torch.int32, device=dev),
         torch.empty(case.num_tokens, case.hq, case.rel_extent, dtype=bf16, device=dev) if biased else None,
     )  # fmt: skip
 
@@ -1567,7 +1617,7 @@ def print_plan(cases: Sequence[BenchCase], page_sizes: Sequence[int], peers: Seq
     """Accounting and peer availability per case, without building tensors."""
     for case in cases:
         log.info(
-            f"{case.name}: {case.num_reqs} x (q {case.q_len}, kv {case.kv_len}), heads {case.hq}/{case.hkv}, d {case.d}, "
+            f"{case.name}: {case.describe()}, heads {case.hq}/{case.hkv}, d {case.d}, "
             f"E {case.rel_extent}, window {case.window_left}; pairs {visible_pairs(case):,}, "
             f"{flop_count(case) / 1e9:.2f} GFLOP, {byte_count(case) / 1e6:.2f} MB; pages {list(page_sizes)}"
         )
@@ -1618,7 +1668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with torch.no_grad(), _progress(len(cases) * len(page_sizes), args.no_progress, log) as step:
             for case in cases:
-                log.info(f"{case.name}: {case.num_reqs} x (q {case.q_len}, kv {case.kv_len}), heads {case.hq}/{case.hkv}, E {case.rel_extent}, window {case.window_left}")
+                log.info(f"{case.name}: {case.describe()}, heads {case.hq}/{case.hkv}, E {case.rel_extent}, window {case.window_left}")
                 run_case(case, page_sizes, peers, device, dtype, args.seed, env, cfg, args.tol, log, sink, on_step=step)
             if not args.no_host_overhead:
                 log.info("eager host overhead:")

@@ -70,10 +70,9 @@ VARIANTS = {
     "no_bias_bulk": dict(bias_bulk=False),
     # masked tiles also test each key against kv_len (the build tests d only)
     "kv_len_mask": dict(kv_len_mask=True),
-    # masked tiles: 0 <= d <= window as one unsigned compare; and (lean) the bias unselected, over
-    # zeros the producer writes past E and a row of zeros outside the band
-    "mask_u": dict(mask_unsigned=True),
-    "lean": dict(mask_unsigned=True, lean_mask=True),
+    # masked tiles add the bias unselected, over zeros the producer writes past E and a row of
+    # zeros outside the band
+    "lean": dict(lean_mask=True),
     # a CTA whose second warpgroup holds only rows past the request runs the first alone
     "solo": dict(solo_wg=True),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
@@ -145,6 +144,8 @@ def _check(row, key, got, want) -> None:
 
 
 def run_case(name, kw, variants) -> dict:
+    """The build ("cute"), each of ``variants`` (None: the case's VARIANT_CASES), Triton and
+    flash-attn-4 without the bias on case ``name``."""
     case = _case(kw)
     n = sum(case.q_lens)
     row = dict(case=name)
@@ -157,8 +158,8 @@ def run_case(name, kw, variants) -> dict:
         _check(row, "cute", out[:n], want)
     except Exception:  # noqa: BLE001
         row["cute_error"] = traceback.format_exc()[-1500:]
-    for v in VARIANT_CASES.get(name, ()):
-        if v not in variants:
+    for v in VARIANT_CASES.get(name, ()) if variants is None else variants:
+        if v == "default":
             continue
         try:
             fn, compile_s, no_window = _variant_fn(v, case)
@@ -236,7 +237,7 @@ def profile(spec) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=None, help="variants timed on every case (default: each case's VARIANT_CASES)")
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--profile", default=None)
     p.add_argument("--probe", default=None)
@@ -249,13 +250,18 @@ def main() -> None:
         return
     os.makedirs(ns.out, exist_ok=True)
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "head_dim", HEAD_DIM, flush=True)
+    variants = None if ns.variants is None else [v for v in ns.variants.split(",") if v]
+    unknown = sorted(set(variants or ()) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"--variants: unknown {unknown}; expected some of {sorted(VARIANTS)}")
     rows = []
     for name in ns.cases.split(","):
-        rows.append(run_case(name, CASES[name], ns.variants.split(",")))
+        rows.append(run_case(name, CASES[name], variants))
         print(json.dumps(rows[-1]), flush=True)
     with open(os.path.join(ns.out, "cute_ws_bench.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    keys = ["cute_ms"] + [f"{v}_ms" for v in ns.variants.split(",") if v != "default"] + ["triton_ms", "fa4_nobias_ms"]
+    shown = variants if variants is not None else sorted({v for vs in VARIANT_CASES.values() for v in vs})
+    keys = ["cute_ms"] + [f"{v}_ms" for v in shown if v != "default"] + ["triton_ms", "fa4_nobias_ms"]
     print("\ncase | " + " | ".join(keys) + " | cute/triton speed | cute/fa4 speed")
     for r in rows:
         print(r["case"], "|", " | ".join(str(r.get(k, "-")) for k in keys), "|", r.get("cute_vs_triton", "-"), "|",
