@@ -80,7 +80,7 @@ SMEM_LIMIT = 227 * 1024
 SCHEDULE = dict(
     fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, band_split=True, late_rescale=True,
     smem_epilogue=True, fence_gathered_only=True, bias_per_wg="tile_pages", producer_regs=32, consumer_regs=232,
-    bias_bulk=True, kv_len_mask=False,
+    bias_bulk=True, kv_len_mask=False, lean_mask=True,
 )
 
 
@@ -253,18 +253,13 @@ class RelAttnFwdSm90:
       ``E`` (only rows whose slice crosses it), and a masked tile outside the band reads a row of
       zeros the CTA writes once at its start (one extra buffer row), instead of the bias buffer it
       does not wait for.
-    - ``solo_wg``: in a CTA whose second consumer warpgroup holds only rows past the request (a
-      decode, or a chunk's last M tile with at most 64 packed rows), the first warpgroup walks the
-      keys alone, without ping-pong turns, and the second skips its GEMMs and softmax, only waiting
-      for each K, V and bias stage and handing it back. Serving batches put one such CTA on every
-      decode.
     """
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
                  bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
-                 lean_mask: bool = False, solo_wg: bool = False,
+                 lean_mask: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -289,7 +284,6 @@ class RelAttnFwdSm90:
         self.bias_per_wg = bias_per_wg
         self.bias_bulk = bias_bulk
         self.kv_len_mask = kv_len_mask
-        self.solo_wg = solo_wg
         self.lean_mask = lean_mask
         if lean_mask and not bias_bulk:
             raise ValueError("lean_mask needs bias_bulk (its producer writes a row's zeros with its copy)")
@@ -824,31 +818,20 @@ class RelAttnFwdSm90:
         for i in cutlass.range_constexpr(num_rows):
             row_qabs[i] = offset + (m_block * tile_m + tScS_mn[i, 0][0]) // G
 
-        # solo_wg: a CTA whose second warpgroup holds only rows past the request (a decode or a
-        # short chunk) runs the first warpgroup alone, without ping-pong; the second only waits
-        # for each stage and hands it back, so every barrier phase still completes
-        solo = False
-        idle = False
-        if const_expr(self.solo_wg):
-            solo = q_len * G - m_block * tile_m <= tile_m // 2
-            idle = solo and wg_idx == 1
         if n_tiles > 0:
             if const_expr(self.pingpong):
-                if wg_idx == 0 and not solo:
+                if wg_idx == 0:
                     cute.arch.barrier_arrive(barrier_id=BAR_SCHED, number_of_threads=self.num_mma_threads)
             # first tile: S_0, its softmax (O is zero, nothing to rescale)
             k_first = _state(STAGES, Int32(0), Int32(0), Int32(0))
             self._wait_tile(pipe_k, k_first, n_end - 1, kv_len, page_size)
-            self._sched_wait(wg_idx, solo)
-            self._gemm_unless(idle, tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
-            self._sched_signal(wg_idx, True, solo)
+            self._sched_wait(wg_idx)
+            self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
+            self._sched_signal(wg_idx, True)
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
-            if idle:
-                self._drain_bias(pipe_b, 0, num_band, b_half)
-            else:
-                self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
+            self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
+                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
@@ -859,21 +842,17 @@ class RelAttnFwdSm90:
                 self._wait_tile(pipe_k, k_state, n, kv_len, page_size)
                 # S of this tile (a fresh accumulator: see fresh_scores)
                 acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
-                self._sched_wait(wg_idx, solo)
-                self._gemm_unless(idle, tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
+                self._sched_wait(wg_idx)
+                self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
                 if const_expr(self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
                 self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
-                self._gemm_unless(idle, tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
-                self._sched_signal(wg_idx, True, solo)
+                self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
+                self._sched_signal(wg_idx, True)
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
-                if idle:
-                    self._drain_bias(pipe_b, it, num_band, b_half)
-                else:
-                    self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                                 plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2,
-                                 b_half)  # fmt: skip
+                self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 if const_expr(not self.late_rescale):
@@ -884,11 +863,11 @@ class RelAttnFwdSm90:
             last = n_tiles - 1
             v_last = _state(STAGES, last, last % STAGES, (last // STAGES) % 2)
             self._wait_tile(pipe_v, v_last, n_end - n_tiles, kv_len, page_size)
-            self._sched_wait(wg_idx, solo)
+            self._sched_wait(wg_idx)
             if const_expr(self.late_rescale):
                 self._rescale_o(acc_O, row_scale)
-            self._gemm_unless(idle, tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
-            self._sched_signal(wg_idx, False, solo)
+            self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
+            self._sched_signal(wg_idx, False)
             warpgroup.wait_group(0)
             self._release(pipe_v, v_last)
 
@@ -959,24 +938,21 @@ class RelAttnFwdSm90:
                 cute.arch.fence_view_async_shared()
 
     @cute.jit
-    def _sched_wait(self, wg_idx, solo=False):
-        """Ping-pong: wait for this warpgroup's turn to issue GEMMs (none when ``solo``)."""
+    def _sched_wait(self, wg_idx):
+        """Ping-pong: wait for this warpgroup's turn to issue GEMMs."""
         if const_expr(self.pingpong):
-            if not solo:
-                cute.arch.barrier(barrier_id=BAR_SCHED + wg_idx, number_of_threads=self.num_mma_threads)
+            cute.arch.barrier(barrier_id=BAR_SCHED + wg_idx, number_of_threads=self.num_mma_threads)
 
     @cute.jit
-    def _sched_signal(self, wg_idx, more: cutlass.Constexpr, solo=False):
-        """Ping-pong: hand the turn to the other warpgroup (not when ``solo``). The second
-        warpgroup's last turn is not handed back (the first has no GEMM left to wait for), so every
-        barrier completes."""
+    def _sched_signal(self, wg_idx, more: cutlass.Constexpr):
+        """Ping-pong: hand the turn to the other warpgroup. The second warpgroup's last turn is not
+        handed back (the first has no GEMM left to wait for), so every barrier completes."""
         if const_expr(self.pingpong):
-            if not solo:
-                if const_expr(more):
-                    cute.arch.barrier_arrive(barrier_id=BAR_SCHED + 1 - wg_idx, number_of_threads=self.num_mma_threads)
-                else:
-                    if wg_idx == 0:
-                        cute.arch.barrier_arrive(barrier_id=BAR_SCHED + 1, number_of_threads=self.num_mma_threads)
+            if const_expr(more):
+                cute.arch.barrier_arrive(barrier_id=BAR_SCHED + 1 - wg_idx, number_of_threads=self.num_mma_threads)
+            else:
+                if wg_idx == 0:
+                    cute.arch.barrier_arrive(barrier_id=BAR_SCHED + 1, number_of_threads=self.num_mma_threads)
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, plain_lo,
@@ -1088,24 +1064,6 @@ class RelAttnFwdSm90:
         address = (mX.iterator + offset).toint()
         ptr = cute.make_ptr(mX.element_type, address, cute.AddressSpace.gmem, assumed_align=16)
         return cute.make_tensor(ptr, like.layout)
-
-    @cute.jit
-    def _gemm_unless(self, idle, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr):
-        """:meth:`_gemm`, skipped by a ``solo_wg`` warpgroup that is ``idle``."""
-        if const_expr(self.solo_wg):
-            if not idle:
-                self._gemm(tiled_mma, acc, tA, tB, zero_init)
-        else:
-            self._gemm(tiled_mma, acc, tA, tB, zero_init)
-
-    @cute.jit
-    def _drain_bias(self, pipe_b, bias_use, num_band, b_half):
-        """An idle ``solo_wg`` warpgroup's turn at a key tile's bias: wait for it and hand it back
-        (the tiles :meth:`_band_scores` waits for: bias use below ``num_band``)."""
-        if bias_use < num_band:
-            b_state = self._bias_state(bias_use, b_half)
-            pipe_b.consumer_wait(b_state)
-            self._release(pipe_b, b_state)
 
     @cute.jit
     def _gemm(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr):

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The peer run of the CuTe build (issue 17's targets): meta/bench/benchmark.py on the prefill cases
 # and the serving-shaped batches (meta/bench/serving_cases.json), pages 16 and 128, every peer, both
-# clocks (eager do_bench and CUDA-graph replay). When /tmp/cute_adopt holds SCHEDULE keywords
-# (written by cute_next_visit.sh on this warm machine), the device copy's SCHEDULE gets them first
-# and the run is labelled SHA+adopted.
+# clocks (eager do_bench and CUDA-graph replay). When /tmp/cute_adopt on the machine holds SCHEDULE
+# keywords (an option under trial, e.g. " lean_mask=True,"), the device copy's SCHEDULE gets them
+# first and the run is labelled SHA+adopted.
 #   . /tmp/site/env.sh && bash meta/tools/cute_peer_visit.sh SHA
 sha=${1:?usage: cute_peer_visit.sh SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"

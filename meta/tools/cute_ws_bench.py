@@ -66,15 +66,14 @@ VARIANTS = {
     # the band tiles' bias buffer committed with nothing copied into it: the staging's cost, by
     # difference with the build (and allplain's, the consumers' bias work)
     "bias_nostage": dict(debug_skip_bias_copies=True),
-    # the bias rows by 17 cp.async each (the build: one bulk copy, the TMA unit's 1-D copy, a row)
-    "no_bias_bulk": dict(bias_bulk=False),
+    # the bias rows by 17 cp.async each (the build: one bulk copy, the TMA unit's 1-D copy, a row);
+    # lean_mask, whose zeros ride on the bulk copy, off with it
+    "no_bias_bulk": dict(bias_bulk=False, lean_mask=False),
     # masked tiles also test each key against kv_len (the build tests d only)
     "kv_len_mask": dict(kv_len_mask=True),
-    # masked tiles add the bias unselected, over zeros the producer writes past E and a row of
-    # zeros outside the band
-    "lean": dict(lean_mask=True),
-    # a CTA whose second warpgroup holds only rows past the request runs the first alone
-    "solo": dict(solo_wg=True),
+    # masked tiles select the bias away at d >= E (the build adds it unselected, over zeros the
+    # producer writes past E and a row of zeros outside the band)
+    "no_lean": dict(lean_mask=False),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
