@@ -253,13 +253,17 @@ class RelAttnFwdSm90:
       ``E`` (only rows whose slice crosses it), and a masked tile outside the band reads a row of
       zeros the CTA writes once at its start (one extra buffer row), instead of the bias buffer it
       does not wait for.
+    - ``compact_grid``: one block a request's M tile, numbered across the requests (each block
+      finds its request by a scan of ``cu_seqlens_q``), instead of a ``max_seqlen_q`` x requests
+      grid whose blocks past a short request exit at once. A serving batch of a 2K chunk and 63
+      decodes is 8,192 blocks in that grid, 191 of them with work.
     """
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
                  bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
-                 lean_mask: bool = False,
+                 lean_mask: bool = False, compact_grid: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -285,6 +289,7 @@ class RelAttnFwdSm90:
         self.bias_bulk = bias_bulk
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
+        self.compact_grid = compact_grid
         if lean_mask and not bias_bulk:
             raise ValueError("lean_mask needs bias_bulk (its producer writes a row's zeros with its copy)")
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
@@ -379,6 +384,11 @@ class RelAttnFwdSm90:
         num_kv_heads = mK.shape[2]
         num_reqs = mSeqlens.shape[0]
         grid_m = (max_seqlen_q * self.group + self.tile_m - 1) // self.tile_m
+        grid_req = num_reqs
+        if const_expr(self.compact_grid):
+            # one block a request's M tile, over all requests: at most ceil(T * G / tile_m) + B
+            grid_m = (mQ.shape[0] * self.group + self.tile_m - 1) // self.tile_m + num_reqs
+            grid_req = 1
         scale_log2 = softmax_scale * LOG2_E
         page_div = cute.FastDivmodDivisor(mK.shape[1])
         # with tma_kv: the TMA atoms and coordinate tensors of whole K and V pages
@@ -390,7 +400,7 @@ class RelAttnFwdSm90:
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
             sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
             tma_atom_v, tK_pages, tV_pages, SharedStorage,
-        ).launch(grid=[grid_m, num_kv_heads, num_reqs], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
+        ).launch(grid=[grid_m, num_kv_heads, grid_req], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
     # device side
@@ -435,6 +445,8 @@ class RelAttnFwdSm90:
 
         # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
         num_tokens = mQ.shape[0]
+        if const_expr(self.compact_grid):
+            m_rev, req = self._find_tile(m_rev, mCuSeqlensQ, mSeqlens.shape[0], num_tokens)
         q_start = cutlass.min(cutlass.max(mCuSeqlensQ[req], 0), num_tokens)
         q_end = cutlass.min(cutlass.max(mCuSeqlensQ[req + 1], q_start), num_tokens)
         q_len = q_end - q_start
@@ -936,6 +948,25 @@ class RelAttnFwdSm90:
                     cute.arch.fence_view_async_shared()
             else:
                 cute.arch.fence_view_async_shared()
+
+    @cute.jit
+    def _find_tile(self, tile, mCuSeqlensQ, num_reqs, num_tokens):
+        """``compact_grid``: the (M tile from the request's end, request) of linear block ``tile``,
+        with every request's tiles in order; past the last tile, an M tile no request has (the
+        block exits). The request lengths are clamped as the kernel clamps them."""
+        tile_m, G = self.tile_m, self.group
+        first = Int32(0)
+        found_req = Int32(0)
+        found_rev = Int32(1 << 30)
+        for r in cutlass.range(num_reqs, unroll=4):
+            q_start = cutlass.min(cutlass.max(mCuSeqlensQ[r], 0), num_tokens)
+            q_end = cutlass.min(cutlass.max(mCuSeqlensQ[r + 1], q_start), num_tokens)
+            tiles = ((q_end - q_start) * G + tile_m - 1) // tile_m
+            hit = tile >= first and tile < first + tiles
+            found_req = cutlass.select_(hit, r, found_req)
+            found_rev = cutlass.select_(hit, tile - first, found_rev)
+            first = first + tiles
+        return found_rev, found_req
 
     @cute.jit
     def _sched_wait(self, wg_idx):

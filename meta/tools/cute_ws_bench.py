@@ -74,6 +74,8 @@ VARIANTS = {
     # masked tiles select the bias away at d >= E (the build adds it unselected, over zeros the
     # producer writes past E and a row of zeros outside the band)
     "no_lean": dict(lean_mask=False),
+    # one block a request's M tile, numbered across requests (the build: max_seqlen_q x requests)
+    "compact": dict(compact_grid=True),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
