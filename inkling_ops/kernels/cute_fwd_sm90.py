@@ -966,7 +966,8 @@ class RelAttnFwdSm90:
             found_req = cutlass.select_(hit, r, found_req)
             found_rev = cutlass.select_(hit, tile - first, found_rev)
             first = first + tiles
-        return found_rev, found_req
+        # block-uniform, as the block indices they replace (so they stay in uniform registers)
+        return cute.arch.make_warp_uniform(found_rev), cute.arch.make_warp_uniform(found_req)
 
     @cute.jit
     def _sched_wait(self, wg_idx):
