@@ -105,6 +105,27 @@ def test_cute_compile_head_dim_64():
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
 
 
+def test_cute_compile_compact_grid_option():
+    """``compact_grid`` (a schedule option, off in SCHEDULE: one A/B so far) compiles without
+    spills, reads ``cu_seqlens_q`` in its scan (more global loads of it than the build), and leaves
+    the GEMMs as they are."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+
+    def ptx_of(**variant):
+        return cute_runtime.compile_with(
+            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
+        ).ptx
+
+    compact, build = ptx_of(compact_grid=True), ptx_of()
+    assert not re.search(r"\.local\s", compact), "registers spilled to local memory"
+    wgmma = r"wgmma\.mma_async"
+    assert len(re.findall(wgmma, compact)) == len(re.findall(wgmma, build))
+    loads = r"ld\.global[.a-z0-9]*\.b32"
+    assert len(re.findall(loads, compact)) > len(re.findall(loads, build))
+
+
 def test_cute_compile_lean_mask_option():
     """``lean_mask`` (in SCHEDULE since 2026-12-02): the build compiles without spills, the
     producer's zeros past E are ordered before the next bulk copy by a proxy fence that the kernel
