@@ -447,8 +447,7 @@ class RelAttnFwdSm90:
         num_tokens = mQ.shape[0]
         if const_expr(self.compact_grid):
             m_rev, req = self._find_tile(m_rev, mCuSeqlensQ, mSeqlens.shape[0], num_tokens)
-        q_start = cutlass.min(cutlass.max(mCuSeqlensQ[req], 0), num_tokens)
-        q_end = cutlass.min(cutlass.max(mCuSeqlensQ[req + 1], q_start), num_tokens)
+        q_start, q_end = self._request_rows(mCuSeqlensQ, req, num_tokens)
         q_len = q_end - q_start
         page_size = mK.shape[1]
         capacity = mBlockTable.shape[1] * page_size
@@ -950,6 +949,14 @@ class RelAttnFwdSm90:
                 cute.arch.fence_view_async_shared()
 
     @cute.jit
+    def _request_rows(self, mCuSeqlensQ, req, num_tokens):
+        """Request ``req``'s packed rows ``[q_start, q_end)``, clamped into ``[0, num_tokens]``
+        as inkling_ops/metadata.py says (no change when the metadata is valid)."""
+        q_start = cutlass.min(cutlass.max(mCuSeqlensQ[req], 0), num_tokens)
+        q_end = cutlass.min(cutlass.max(mCuSeqlensQ[req + 1], q_start), num_tokens)
+        return q_start, q_end
+
+    @cute.jit
     def _find_tile(self, tile, mCuSeqlensQ, num_reqs, num_tokens):
         """``compact_grid``: the (M tile from the request's end, request) of linear block ``tile``,
         with every request's tiles in order; past the last tile, an M tile no request has (the
@@ -959,8 +966,7 @@ class RelAttnFwdSm90:
         found_req = Int32(0)
         found_rev = Int32(1 << 30)
         for r in cutlass.range(num_reqs, unroll=4):
-            q_start = cutlass.min(cutlass.max(mCuSeqlensQ[r], 0), num_tokens)
-            q_end = cutlass.min(cutlass.max(mCuSeqlensQ[r + 1], q_start), num_tokens)
+            q_start, q_end = self._request_rows(mCuSeqlensQ, r, num_tokens)
             tiles = ((q_end - q_start) * G + tile_m - 1) // tile_m
             hit = tile >= first and tile < first + tiles
             found_req = cutlass.select_(hit, r, found_req)

@@ -490,8 +490,9 @@ class Peer:
         return None
 
     def skipped(self, case: BenchCase) -> str | None:
-        """Why this benchmark does not run this peer on ``case`` by policy, or None."""
-        return None
+        """Why this benchmark does not run this peer on ``case`` by policy, or None (a dense peer
+        skips a mixed batch: :func:`make_dense` has no layout for it)."""
+        return MIXED_DENSE_REASON if self.dense and case.mixed else None
 
     def prepare(self, inputs: CaseInputs, paged: PagedInputs | None, dense: DenseInputs | None) -> Prepared:
         raise NotImplementedError
@@ -741,9 +742,6 @@ class FlexPeer(Peer):
             raise ValueError(f"--flex-mode is {mode!r}; expected auto, compile or eager")
         self.mode = mode
 
-    def skipped(self, case):
-        return MIXED_DENSE_REASON if case.mixed else None
-
     def unavailable(self, case, device):
         try:
             importlib.import_module("torch.nn.attention.flex_attention")
@@ -786,9 +784,7 @@ class SdpaPeer(Peer):
     def skipped(self, case):
         if case.is_local:
             return "SDPA has no sliding-window mask (anchors.md skips it on sliding layers)"
-        if case.mixed:
-            return MIXED_DENSE_REASON
-        return None
+        return super().skipped(case)
 
     def prepare(self, inputs, paged, dense):
         import torch.nn.functional as F

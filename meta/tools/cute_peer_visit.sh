@@ -13,7 +13,9 @@ label=$sha
 adopt=$(cat /tmp/cute_adopt 2>/dev/null)
 cp $kernel /tmp/cute_fwd_sm90.py.peer
 if [ -n "$adopt" ]; then
-  sed -i "s/^    bias_bulk=True, kv_len_mask=False,\$/    bias_bulk=True, kv_len_mask=False,$adopt/" $kernel
+  # appended to SCHEDULE's last keyword line (the one that starts with bias_bulk)
+  sed -i "s/^\(    bias_bulk=True,.*,\)\$/\1$adopt/" $kernel
+  grep -qF "$adopt" $kernel || { echo "cute_peer_visit: could not add '$adopt' to SCHEDULE in $kernel"; exit 2; }
   grep -n "^    bias_bulk=True" $kernel; label=$sha+adopted
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
