@@ -51,6 +51,9 @@ class CompileKey:
     #: every pointer 16-byte aligned and every specialised stride a multiple of 16 elements
     #: (the compiler may then vectorise loads and stores); False: compiled without those hints
     aligned: bool = True
+    #: one program per real M tile, numbered across the requests, instead of the dense grid of the
+    #: longest request's M tiles for every request (a backend's ``compact_grid`` rule; Triton: False)
+    compact_grid: bool = False
 
     # The key is hashed on every call (a backend's table of compiled kernels): the hash is computed
     # once per instance and kept outside the fields (never pickled: str hashes differ per process).
@@ -151,25 +154,36 @@ _MAX_KEYS = 4096
 
 
 def compile_key(
-    problem: RelAttnProblem, *, arch: str, backend: str, splits: int, layout: KVLayout = STANDARD_LAYOUT
+    problem: RelAttnProblem,
+    *,
+    arch: str,
+    backend: str,
+    splits: int,
+    layout: KVLayout = STANDARD_LAYOUT,
+    compact_grid: bool = False,
 ) -> CompileKey:
     """The key of the kernels that run ``problem`` with ``splits`` KV splits on tensors laid out
-    as ``layout`` (default: the standard, aligned layout of a serving configuration)."""
+    as ``layout`` (default: the standard, aligned layout of a serving configuration), on the
+    compact grid when ``compact_grid`` (the backend's choice, :meth:`Backend.compact_grid`)."""
     m = problem.max_seqlen_q
     inputs = (
         problem.dtype, problem.kv_dtype, problem.head_dim, problem.num_heads, problem.num_kv_heads,
         problem.page_size, problem.rel_extent, problem.causal, problem.window_left,
-        1 << max(0, m - 1).bit_length(), splits, arch, backend, layout,
+        1 << max(0, m - 1).bit_length(), splits, arch, backend, layout, compact_grid,
     )  # fmt: skip
     key = _KEYS.get(inputs)
     if key is None:
         if len(_KEYS) >= _MAX_KEYS:
             _KEYS.clear()
-        key = _KEYS[inputs] = _make_key(problem, arch=arch, backend=backend, splits=splits, layout=layout)
+        key = _KEYS[inputs] = _make_key(
+            problem, arch=arch, backend=backend, splits=splits, layout=layout, compact_grid=compact_grid
+        )
     return key
 
 
-def _make_key(problem: RelAttnProblem, *, arch: str, backend: str, splits: int, layout: KVLayout) -> CompileKey:
+def _make_key(
+    problem: RelAttnProblem, *, arch: str, backend: str, splits: int, layout: KVLayout, compact_grid: bool
+) -> CompileKey:
     row_i32 = layout.row_i32
     return CompileKey(
         dtype=dtype_name(problem.dtype),
@@ -189,4 +203,5 @@ def _make_key(problem: RelAttnProblem, *, arch: str, backend: str, splits: int, 
         kv_row_i32=row_i32,
         kv_slot_shift=slot_shift(layout.slot_stride or problem.num_kv_heads * problem.head_dim) if row_i32 else -1,
         aligned=layout.aligned,
+        compact_grid=compact_grid,
     )

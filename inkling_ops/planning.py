@@ -123,6 +123,9 @@ def plan(
 def plan_for(backend: Backend, problem: RelAttnProblem, facts: DeviceFacts, layout: KVLayout) -> Plan:
     """The plan of ``problem`` on an already chosen ``backend``."""
     splits = 1 if backend.split_policy is None else split_count(problem, facts, backend.split_policy)
-    key = compile_key(problem, arch=facts.arch, backend=backend.name, splits=splits, layout=layout)
+    key = compile_key(
+        problem, arch=facts.arch, backend=backend.name, splits=splits, layout=layout,
+        compact_grid=backend.compact_grid(problem),
+    )  # fmt: skip
     launch, workspace = backend.launch_plan(key, problem)
     return Plan(backend=backend.name, key=key, num_splits=splits, launch=launch, workspace_bytes=workspace)

@@ -102,6 +102,11 @@ CASES = [
     _c("empty_requests",
        dict(q_lens=[0, 20, 0, 12], kv_lens=[5, 100, 9, 12], rel_extent=64, num_heads=6, num_kv_heads=2),
        dict(q_lens=[0, 50, 0, 1], kv_lens=[10, 400, 0, 77], num_heads=8, num_kv_heads=1, rel_extent=128)),
+    # the same on a sliding layer (the CuTe kernel's compact grid: its scan skips requests of no rows)
+    _c("empty_requests_sliding",
+       dict(q_lens=[0, 20, 0, 12], kv_lens=[5, 100, 9, 12], rel_extent=16, window_left=15, num_heads=6, num_kv_heads=2),
+       dict(q_lens=[0, 50, 0, 300, 1], kv_lens=[10, 400, 0, 900, 77], num_heads=8, num_kv_heads=2, rel_extent=512,
+            window_left=255)),
     # pages that neither divide nor are a multiple of the kernels' tiles: a tile spans pages unevenly
     _c("odd_pages_chunks",
        dict(q_lens=[3, 1], kv_lens=[150, 70], page_size=3, rel_extent=20, num_heads=2, num_kv_heads=1),

@@ -384,7 +384,10 @@ def test_enumeration_covers_every_runtime_call(config_id, facts_id, choice, monk
             assert backend.name == choice
         policy = backend.split_policy
         assert splits == key.num_splits == (1 if policy is None else split_count(problem, facts, policy))
-        assert key == compile_key(problem, arch=facts.arch, backend=backend.name, splits=splits)
+        assert key.compact_grid == backend.compact_grid(problem)
+        assert key == compile_key(
+            problem, arch=facts.arch, backend=backend.name, splits=splits, compact_grid=key.compact_grid
+        )
         if not enumerated:
             if choice == "registered":  # the dispatcher's choice per call (a rule may prefer cute on some)
                 for k in enumerate_compile_keys(config, facts=facts, backend=None):

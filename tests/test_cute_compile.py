@@ -105,25 +105,40 @@ def test_cute_compile_head_dim_64():
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
 
 
-def test_cute_compile_compact_grid_option():
-    """``compact_grid`` (a schedule option, off in SCHEDULE: one A/B so far) compiles without
-    spills, reads ``cu_seqlens_q`` in its scan (more global loads of it than the build), and leaves
-    the GEMMs as they are."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
-
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
-
-    def ptx_of(**variant):
-        return cute_runtime.compile_with(
-            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
-        ).ptx
-
-    compact, build = ptx_of(compact_grid=True), ptx_of()
-    assert not re.search(r"\.local\s", compact), "registers spilled to local memory"
+def test_cute_compile_compact_grid():
+    """The compact grid (what the plan picks for a sliding call of several requests) compiles
+    through the backend's own path from its key without spills, reads ``cu_seqlens_q`` in its
+    scan (more global loads of it than the dense grid's build), and leaves the GEMMs as they are."""
+    serving = _problem(heads=8, kv_heads=2, page=16, extent=512, window=511)
+    plan = planning.plan(serving, HOPPER, backend="cute")
+    assert plan.key.compact_grid and plan.launch.compact_grid
+    compact = cute_backend.compile_config(plan.launch, plan.key.arch, ptx=True).ptx
+    dense = planning.plan(serving._replace(num_reqs=1), HOPPER, backend="cute")
+    assert not dense.key.compact_grid
+    build = cute_backend.compile_config(dense.launch, dense.key.arch, ptx=True).ptx
+    _check_hopper_ptx(compact)
     wgmma = r"wgmma\.mma_async"
     assert len(re.findall(wgmma, compact)) == len(re.findall(wgmma, build))
     loads = r"ld\.global[.a-z0-9]*\.b32"
     assert len(re.findall(loads, compact)) > len(re.findall(loads, build))
+
+
+def test_cute_compact_grid_rule():
+    """The plan's grid rule (pure): the compact grid for a sliding-window prefill-class call of two
+    or more requests, the dense grid for a global layer, a single request or a decode batch; both
+    are compile-key fields, so each grid is its own compiled configuration and store entry."""
+    sliding = _problem(heads=8, kv_heads=2, extent=512, window=511)
+    rule = cute_backend.compact_grid
+    assert rule(sliding) and rule(sliding._replace(max_seqlen_q=17))
+    assert not rule(sliding._replace(num_reqs=1))
+    assert not rule(sliding._replace(max_seqlen_q=cute_backend.DECODE_MAX_SEQLEN_Q))
+    assert not rule(_problem(heads=8, kv_heads=2, extent=512))
+    compact, dense = (planning.plan(p, HOPPER, backend="cute") for p in (sliding, sliding._replace(num_reqs=1)))
+    assert compact.key.compact_grid and not dense.key.compact_grid
+    assert compact.launch != dense.launch and compact.launch == cute_backend.fwd_config(compact.key)
+    assert cute_backend.store_entry(compact.launch) != cute_backend.store_entry(dense.launch)
+    # Triton's kernels have one grid: its keys never carry the field
+    assert not planning.plan(sliding, HOPPER, backend="triton").key.compact_grid
 
 
 def test_cute_compile_lean_mask_option():
@@ -304,9 +319,10 @@ def test_cute_backend_refusals():
 
 
 def test_cute_keys_share_a_compiled_config():
-    """Page size, window, extent and the max_seqlen_q bucket are runtime arguments: one configuration."""
-    a = planning.plan(_problem(window=511, extent=512), HOPPER, backend="cute")
-    b = planning.plan(_problem(window=255, extent=256)._replace(max_seqlen_q=7), HOPPER, backend="cute")
+    """Page size, window, extent and the max_seqlen_q bucket are runtime arguments: one configuration
+    (of one grid: these calls are of one request, which never takes the compact grid)."""
+    a = planning.plan(_problem(window=511, extent=512)._replace(num_reqs=1), HOPPER, backend="cute")
+    b = planning.plan(_problem(window=255, extent=256)._replace(max_seqlen_q=7, num_reqs=1), HOPPER, backend="cute")
     assert a.key != b.key and cute_backend.fwd_config(a.key) == cute_backend.fwd_config(b.key)
     c = planning.plan(_problem(page=128), HOPPER, backend="cute")
     assert c.key.page_size != a.key.page_size and cute_backend.fwd_config(c.key) == cute_backend.fwd_config(a.key)
@@ -315,8 +331,9 @@ def test_cute_keys_share_a_compiled_config():
 
 def test_cute_ws_bench_variants_are_kernel_options():
     """Every variant ``meta/tools/cute_ws_bench.py`` times (and every one its cases name) is a
-    valid set of :class:`RelAttnFwdSm90` options over SCHEDULE, so a deleted option cannot linger
-    in the bench (no compile: the constructor checks the options)."""
+    valid set of :class:`RelAttnFwdSm90` options over SCHEDULE and :class:`CuteFwdConfig` fields
+    (the bench's ``CONFIG_FIELDS``), so a deleted option cannot linger in the bench (no compile:
+    the constructors check them)."""
     import importlib.util
     import pathlib
 
@@ -326,9 +343,11 @@ def test_cute_ws_bench_variants_are_kernel_options():
     spec = importlib.util.spec_from_file_location("cute_ws_bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
     for name, options in bench.VARIANTS.items():
+        fields = {k: v for k, v in options.items() if k in bench.CONFIG_FIELDS}
+        options = {k: v for k, v in options.items() if k not in bench.CONFIG_FIELDS}
         try:
+            config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8, **fields)
             cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, **options})
         except TypeError as e:
             pytest.fail(f"cute_ws_bench variant {name!r} ({options}) is not a set of kernel options: {e}")

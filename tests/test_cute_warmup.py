@@ -83,10 +83,15 @@ def test_cute_enumeration_yields_only_keys_the_backend_accepts():
     backend = planning.get_backend("cute")
     for config in INKLING_TP8.values():
         keys = enumerate_compile_keys(config, facts=H200, backend="cute")
-        # it never splits, so decode keys have one split, and keys differ only in the q bucket
+        # it never splits, so decode keys have one split, and keys differ only in the q bucket and,
+        # on the sliding layer, the grid (compact for prefill-class calls of several requests)
         assert {k.num_splits for k in keys} == {1} and {k.backend for k in keys} == {"cute"}
-        assert sorted(k.max_seqlen_q_bucket for k in keys) == [1 << i for i in range(10)]  # 1 ... 512
-        assert len({cute_backend.fwd_config(k) for k in keys}) == 1  # the q bucket is a runtime value
+        dense = sorted(k.max_seqlen_q_bucket for k in keys if not k.compact_grid)
+        compact = sorted(k.max_seqlen_q_bucket for k in keys if k.compact_grid)
+        assert dense == [1 << i for i in range(10)]  # 1 ... 512
+        assert compact == ([1 << i for i in range(5, 10)] if config.window_left >= 0 else [])  # 32 ... 512
+        # the q bucket is a runtime value: one kernel configuration a grid
+        assert len({cute_backend.fwd_config(k) for k in keys}) == (2 if compact else 1)
     refused = dataclasses.replace(INKLING_TP8["global"], head_dim=256)  # outside the kernel's scope
     assert enumerate_compile_keys(refused, facts=H200, backend="cute") == set()
     assert "head_dim 256" in backend.why_not(problem_for(refused, num_tokens=1, num_reqs=1, max_seqlen_q=1), H200)
@@ -129,7 +134,8 @@ def test_cute_warmup_compiles_every_key_of_a_serving_configuration_and_a_new_pro
     assert store.directory.parent == tmp_path / "store" and store.directory.name.startswith("sm_90a-cute-")
     info = kernel_cache.info(tmp_path / "store")
     entries = len(set().union(*configs.values()))
-    assert sum(info.entries.values()) == entries == 2, str(info)  # per kernel configuration, not per key
+    # per kernel configuration, not per key: the global layer's, the sliding layer's two grids
+    assert sum(info.entries.values()) == entries == 3, str(info)
     assert all(backend._by_key[k] is not None for k in backend._by_key) and len(backend._by_key) == total
 
     # A serving process with no GPU (and no CUDA at all) loads every key from the store.

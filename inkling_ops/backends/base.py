@@ -46,6 +46,13 @@ class Backend(abc.ABC):
     def why_not(self, problem: RelAttnProblem, facts: DeviceFacts) -> str | None:
         """None if this backend runs ``problem`` on a device with ``facts``, else the reason it cannot."""
 
+    def compact_grid(self, problem: RelAttnProblem) -> bool:
+        """Whether a call of ``problem`` runs on the compact grid (one program per real M tile,
+        numbered across the requests) rather than the dense one (the longest request's M tiles for
+        every request): a pure rule that enters the compile key (``CompileKey.compact_grid``).
+        Default: never (a backend whose kernels have one grid)."""
+        return False
+
     def launch_plan(self, key: CompileKey, problem: RelAttnProblem) -> tuple[object, int]:
         """``(launch configuration, workspace bytes)`` of a call of ``problem`` with ``key``: what
         :class:`inkling_ops.planning.Plan` records. Pure. Default: no configuration, no workspace."""

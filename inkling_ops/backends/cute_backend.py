@@ -1,8 +1,10 @@
 """The CuTe DSL backend: our Hopper (sm_90a) forward kernel (inkling_ops/kernels/cute_fwd_sm90.py).
 
 Chosen by default only on the case classes of :data:`DEFAULT_CASES` (:func:`prefers_cute`, a
-pure rule written from the H200 measurements in meta/TUNING.md, "CuTe backend": global-attention
-prefill at pages 16 and 128, sliding-window prefill at page 128); elsewhere it runs only when asked for by name, ``backend="cute"``.
+pure rule written from the H200 measurements in meta/TUNING.md, "CuTe backend": prefill, global
+and sliding-window, at pages 16 and 128); elsewhere it runs only when asked for by name,
+``backend="cute"``. Sliding-window calls of several requests run on the kernel's compact grid
+(:func:`compact_grid`, a field of the compile key).
 It never splits the KV range.
 
 Compiled kernels are keyed by the call's :class:`~inkling_ops.compile_keys.CompileKey`; keys
@@ -51,11 +53,11 @@ DECODE_MAX_SEQLEN_Q = 16
 #: it is faster than Triton on every case of it measured (meta/TUNING.md, "CuTe backend", "The
 #: default-choice rule", has the table; each class in it is measured at head_dim 128 and 64):
 #: global prefill at pages 16 and 128 since 46a147e;
-#: sliding prefill at page 128 since 109c5e9. Sliding prefill at page 16 stays on Triton (its
-#: serving-shaped batch measured 0.98x), so do page 64 (not measured) and decode (the kernel never
-#: splits the KV range).
+#: sliding prefill at page 128 since 109c5e9, and at page 16 since the compact grid
+#: (:func:`compact_grid`: its serving-shaped batch measured 0.98-1.00x Triton on the dense grid).
+#: Page 64 (not measured) and decode (the kernel never splits the KV range) stay on Triton.
 DEFAULT_CASES: frozenset[tuple[str, int | None, str]] = frozenset(
-    {("prefill", 16, "global"), ("prefill", 128, "global"), ("prefill", 128, "sliding")}
+    {("prefill", 16, "global"), ("prefill", 128, "global"), ("prefill", 16, "sliding"), ("prefill", 128, "sliding")}
 )
 
 
@@ -83,10 +85,25 @@ def _kernel_module():
     return cute_fwd_sm90
 
 
+def compact_grid(problem: RelAttnProblem) -> bool:
+    """Whether a call of ``problem`` runs on the kernel's compact grid (``CuteFwdConfig.compact_grid``):
+    a sliding-window call of two or more requests in the prefill class (:data:`DECODE_MAX_SEQLEN_Q`).
+    Pure, and a function of the compile key's buckets (the window, ``bucket_pow2(num_reqs) >= 2``,
+    the max_seqlen_q bucket), so a serving configuration's enumeration reaches both grids.
+
+    Why (meta/TUNING.md, "CuTe backend", "compact_grid"): on a serving batch (a prefill chunk and
+    decodes) the dense grid's blocks are mostly empty, and on a sliding layer, whose blocks each
+    walk at most ``window / tile_n + 2`` key tiles, those empty blocks are a third of the call;
+    the compact grid removes them. On global layers the compact grid measured slower (8% on the
+    same batch, 13% on 4 x 2K chunks on 16K), for a reason not yet found, so they keep the dense one.
+    """
+    return problem.window_left >= 0 and problem.num_reqs >= 2 and problem.max_seqlen_q > DECODE_MAX_SEQLEN_Q
+
+
 def fwd_config(key: CompileKey):
     """The kernel configuration of ``key``: pure."""
     return _kernel_module().CuteFwdConfig(
-        dtype=key.dtype, head_dim=key.head_dim, q_per_kv=key.q_per_kv
+        dtype=key.dtype, head_dim=key.head_dim, q_per_kv=key.q_per_kv, compact_grid=key.compact_grid
     )  # fmt: skip
 
 
@@ -165,6 +182,9 @@ class CuteBackend(Backend):
         if not problem.causal:
             return "it computes causal attention only"
         return None
+
+    def compact_grid(self, problem: RelAttnProblem) -> bool:
+        return compact_grid(problem)
 
     def launch_plan(self, key: CompileKey, problem: RelAttnProblem) -> tuple[object, int]:
         """The kernel configuration of ``key``; no workspace."""

@@ -86,13 +86,22 @@ SCHEDULE = dict(
 
 @dataclass(frozen=True)
 class CuteFwdConfig:
-    """The code-shaping facts of one compiled kernel (everything else is a runtime argument)."""
+    """The code-shaping facts of one compiled kernel (everything else is a runtime argument).
+
+    ``compact_grid``: the grid has one block per real M tile, numbered across the requests (at
+    most ``ceil(T * q_per_kv / tile_m) + B`` a KV head; each block finds its request by a scan of
+    ``cu_seqlens_q``), instead of ``ceil(max_seqlen_q * q_per_kv / tile_m)`` blocks for every
+    request, whose blocks past a short request exit at once (a serving batch of a 2K chunk and 63
+    decodes is 8,192 such blocks a KV head, 191 of them with work). The backend's plan chooses it
+    per call (``cute_backend.compact_grid``).
+    """
 
     dtype: str  # "bfloat16" or "float16"
     head_dim: int
     q_per_kv: int
     tile_m: int = 128
     tile_n: int = 128
+    compact_grid: bool = False
 
     @property
     def num_mma_threads(self) -> int:
@@ -253,17 +262,16 @@ class RelAttnFwdSm90:
       ``E`` (only rows whose slice crosses it), and a masked tile outside the band reads a row of
       zeros the CTA writes once at its start (one extra buffer row), instead of the bias buffer it
       does not wait for.
-    - ``compact_grid``: one block a request's M tile, numbered across the requests (each block
-      finds its request by a scan of ``cu_seqlens_q``), instead of a ``max_seqlen_q`` x requests
-      grid whose blocks past a short request exit at once. A serving batch of a 2K chunk and 63
-      decodes is 8,192 blocks in that grid, 191 of them with work.
+
+    The grid (dense, or compact with ``config.compact_grid``) is a fact of the configuration, not
+    a schedule option: the plan chooses it per call.
     """
 
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
                  bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
-                 lean_mask: bool = False, compact_grid: bool = False,
+                 lean_mask: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -289,7 +297,7 @@ class RelAttnFwdSm90:
         self.bias_bulk = bias_bulk
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
-        self.compact_grid = compact_grid
+        self.compact_grid = config.compact_grid
         if lean_mask and not bias_bulk:
             raise ValueError("lean_mask needs bias_bulk (its producer writes a row's zeros with its copy)")
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them

@@ -1,30 +1,31 @@
 #!/usr/bin/env bash
-# H200 visit for compact_grid (TUNING "compact_grid"): is its slowdown on the global cases real or an
-# ordering/clock effect? PART=bench times default and compact on four cases in both orders while
-# nvidia-smi logs clocks and power; PART=ncu profiles the chunked-prefill case under both and runs
-# host_overhead twice (issue 16's eager figure next to SDPA's).
-#   . /tmp/site/env.sh && PART=bench|ncu bash meta/tools/cute_compact_visit.sh SHA
+# H200 visit for the plan's compact grid (cute_backend.compact_grid; TUNING "compact_grid").
+#   . /tmp/site/env.sh && PART=check|bench bash meta/tools/cute_compact_visit.sh SHA
+# PART=check: the direct probe, the conformance suite on the CuTe backend (its sliding calls of
+# several requests take the compact grid) and compute-sanitizer (cute_sanitize.sh: its sliding
+# case of two requests does too). PART=bench: cute_ws_bench on the sliding cases, the dense grid
+# against the plan's choice ("default") in both orders, with nvidia-smi logging clocks.
+# (At 7a47493 this script timed compact against the build on global cases and ran ncu on the
+# chunks: meta/logs/*7a47493*.)
 sha=${1:?usage: cute_compact_visit.sh SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-cases=chunk2k_on16k_x4_page16,serving_chunk2k_decodes63_global_page16,serving_chunk2k_decodes63_sliding_page16,prefill8k_global_page128
-if [ "${PART:-bench}" = bench ]; then
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -l 1 > "$out/smi_$sha.csv" &
+if [ "${PART:-check}" = check ]; then
+  timeout 60 python3 meta/tools/cute_ws_bench.py --probe default 2>&1 | tail -1
+  timeout 240 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests/test_conformance.py \
+    tests/test_cute_runtime.py -k cute -rfE > "$out/cute_conformance_compact_$sha.log" 2>&1
+  echo "== conformance"; tail -3 "$out/cute_conformance_compact_$sha.log"
+  timeout 300 bash meta/tools/cute_sanitize.sh "compact-$sha" > /dev/null 2>&1
+  echo "== sanitize"; grep -E "ok |exit status|SUMMARY|cute_sanitize:" "$out/cute_sanitize_compact-$sha.log"
+  gzip -f "$out/cute_racecheck_compact-$sha.log"
+else
+  cases=serving_chunk2k_decodes63_sliding_page16,serving_chunk2k_decodes63_sliding_page128,chunk2k_on16k_x4_sliding_page128,prefill8k_sliding_page16
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -l 1 > "$out/smi_grid_$sha.csv" &
   smi=$!
-  for order in default,compact compact,default; do
+  for order in default,dense dense,default; do
     echo "== $order"
-    timeout 240 python3 meta/tools/cute_ws_bench.py --out "$out" --variants $order --cases $cases > "$out/compact_${order/,/_}_$sha.log" 2>&1
-    tail -6 "$out/compact_${order/,/_}_$sha.log"
+    timeout 200 python3 meta/tools/cute_ws_bench.py --out "$out" --variants $order --cases $cases > "$out/grid_${order/,/_}_$sha.log" 2>&1
+    tail -5 "$out/grid_${order/,/_}_$sha.log"
   done
   kill $smi
-else
-  s="--section SpeedOfLight --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats"
-  for v in default compact; do
-    timeout 100 ncu $s -k regex:RelAttn -c 1 python3 meta/tools/cute_ws_bench.py --profile chunk2k_on16k_x4_page16:$v > "$out/ncu_chunks_${v}_$sha.txt" 2>&1
-    echo "== ncu $v"; grep -E "Duration|SM Frequency|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Achieved Occ|Grid Size|Waves Per SM" "$out/ncu_chunks_${v}_$sha.txt" | head -10
-  done
-  for i in 1 2; do
-    timeout 100 python3 meta/tools/host_overhead.py --device cuda --record "$out/host_overhead_$sha.jsonl" > "$out/host_overhead_${i}_$sha.log" 2>&1
-    echo "== host $i"; tail -25 "$out/host_overhead_${i}_$sha.log"
-  done
 fi

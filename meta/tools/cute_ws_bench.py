@@ -75,8 +75,10 @@ VARIANTS = {
     # masked tiles select the bias away at d >= E (the build adds it unselected, over zeros the
     # producer writes past E and a row of zeros outside the band)
     "no_lean": dict(lean_mask=False),
-    # one block a request's M tile, numbered across requests (the build: max_seqlen_q x requests)
+    # the grid, a field of the configuration (CONFIG_FIELDS) that the plan chooses per call: one
+    # block a real M tile, numbered across requests, or max_seqlen_q's M tiles x requests
     "compact": dict(compact_grid=True),
+    "dense": dict(compact_grid=False),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
@@ -89,6 +91,8 @@ VARIANTS = {
     "no_bias_per_wg": dict(bias_per_wg=False),
     "no_late": dict(late_rescale=False),
 }  # fmt: skip
+#: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over SCHEDULE)
+CONFIG_FIELDS = {"compact_grid"}
 #: variants whose output is not the op's (not checked against the reference)
 UNCHECKED = {"allplain", "bias_nostage"}
 _COMPILED: dict = {}
@@ -114,12 +118,16 @@ def _variant_fn(name, case):
     from inkling_ops.backends import cute_backend
     from inkling_ops.kernels import cute_fwd_sm90
 
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=HEAD_DIM, q_per_kv=case.q.shape[1] // case.key_cache.shape[2])
+    # the grid the backend's plan picks for this case, unless the variant names one
+    grid = cute_backend.compact_grid(case.problem())
+    fields = {"compact_grid": grid, **{k: v for k, v in VARIANTS[name].items() if k in CONFIG_FIELDS}}
+    options = {k: v for k, v in VARIANTS[name].items() if k not in CONFIG_FIELDS}
+    config = cute_fwd_sm90.CuteFwdConfig(
+        dtype="bfloat16", head_dim=HEAD_DIM, q_per_kv=case.q.shape[1] // case.key_cache.shape[2], **fields
+    )
     t0 = time.perf_counter()
     if (name, config) not in _COMPILED:
-        _COMPILED[name, config] = cute_fwd_sm90.compile_fwd(
-            config, options="--enable-tvm-ffi --gpu-arch sm_90a", **VARIANTS[name]
-        )
+        _COMPILED[name, config] = cute_fwd_sm90.compile_fwd(config, options="--enable-tvm-ffi --gpu-arch sm_90a", **options)
     return _COMPILED[name, config], time.perf_counter() - t0, cute_backend.NO_WINDOW
 
 
