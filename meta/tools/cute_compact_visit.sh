@@ -3,7 +3,8 @@
 #   . /tmp/site/env.sh && PART=check|bench bash meta/tools/cute_compact_visit.sh SHA
 # PART=check: the direct probe, the conformance suite on the CuTe backend (its sliding calls of
 # several requests take the compact grid) and compute-sanitizer (cute_sanitize.sh: its sliding
-# case of two requests does too). PART=bench: cute_ws_bench on the sliding cases, the dense grid
+# case of two requests does too), beside each other. PART=bench: cute_ws_bench on sliding cases
+# of several requests (CASES, comma-separated), the dense grid
 # against the plan's choice ("default") in both orders, with nvidia-smi logging clocks.
 # (At 7a47493 this script timed compact against the build on global cases and ran ncu on the
 # chunks: meta/logs/*7a47493*.)
@@ -11,20 +12,23 @@ sha=${1:?usage: cute_compact_visit.sh SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if [ "${PART:-check}" = check ]; then
+  # correctness only, so the sanitizer runs beside the conformance suite (nothing here is timed)
+  timeout 330 bash meta/tools/cute_sanitize.sh "compact-$sha" > /dev/null 2>&1 &
+  san=$!
   timeout 60 python3 meta/tools/cute_ws_bench.py --probe default 2>&1 | tail -1
-  timeout 240 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests/test_conformance.py \
+  timeout 270 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests/test_conformance.py \
     tests/test_cute_runtime.py -k cute -rfE > "$out/cute_conformance_compact_$sha.log" 2>&1
   echo "== conformance"; tail -3 "$out/cute_conformance_compact_$sha.log"
-  timeout 300 bash meta/tools/cute_sanitize.sh "compact-$sha" > /dev/null 2>&1
+  wait $san
   echo "== sanitize"; grep -E "ok |exit status|SUMMARY|cute_sanitize:" "$out/cute_sanitize_compact-$sha.log"
   gzip -f "$out/cute_racecheck_compact-$sha.log"
 else
-  cases=serving_chunk2k_decodes63_sliding_page16,serving_chunk2k_decodes63_sliding_page128,chunk2k_on16k_x4_sliding_page128,prefill8k_sliding_page16
+  cases=${CASES:-serving_chunk2k_decodes63_sliding_page16,chunk2k_on16k_x4_sliding_page128}
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -l 1 > "$out/smi_grid_$sha.csv" &
   smi=$!
   for order in default,dense dense,default; do
     echo "== $order"
-    timeout 200 python3 meta/tools/cute_ws_bench.py --out "$out" --variants $order --cases $cases > "$out/grid_${order/,/_}_$sha.log" 2>&1
+    timeout 150 python3 meta/tools/cute_ws_bench.py --out "$out" --variants $order --cases $cases > "$out/grid_${order/,/_}_$sha.log" 2>&1
     tail -5 "$out/grid_${order/,/_}_$sha.log"
   done
   kill $smi
