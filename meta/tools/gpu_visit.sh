@@ -5,6 +5,7 @@
 #     tests  the GPU tests (-m "gpu and not slow")
 #     ab     the Triton backend against the base commit's copy in .ab/base (meta/tools/ab_backend.py)
 #     host   the eager host overhead per call (meta/tools/host_overhead.py)
+#     split  where the split-KV decode's host time goes (meta/tools/host_overhead.py --split-breakdown)
 #     bench  the peer benchmark, every peer, both clocks (meta/bench/benchmark.py --quick)
 #     sweep  the sweeps of docs/performance.md (meta/bench/sweep_cases.json, --quick)
 #     warmup cold / warm warmup, first call of a warmed process, strict serving (meta/tools/warmup_probe.py)
@@ -33,6 +34,9 @@ for step in ${part//,/ }; do
         --out "$out/ab_backend_$sha.jsonl" 2>&1 | tee "$out/ab_backend_$sha.log" ;;
     host)
       python3 meta/tools/host_overhead.py --device cuda --record "$out/host_overhead.jsonl" 2>&1 | tee "$out/host_overhead_$sha.log" ;;
+    split)
+      python3 meta/tools/host_overhead.py --device cuda --split-breakdown --record "$out/host_overhead.jsonl" 2>&1 \
+        | tee "$out/host_split_breakdown_$sha.log" ;;
     bench)
       python3 meta/bench/benchmark.py --out "$out" --git-sha "$sha" --quick --no-progress --backends "${BENCH_BACKENDS:-default,cute}" 2>&1 \
         | tee "$out/bench_${sha}_all_cases.log" | tail -60 ;;
@@ -48,6 +52,6 @@ for step in ${part//,/ }; do
     cute)
       python3 -m pytest tests/test_conformance.py tests/test_cute_runtime.py tests/test_cute_compile.py -k cute -q -rs -p no:cacheprovider \
         --continue-on-collection-errors 2>&1 | tee "$out/gpu_cute_$sha.log" | tail -15 ;;
-    *) echo "unknown step $step (tests|ab|host|bench|sweep|warmup|hf|cute)"; exit 2 ;;
+    *) echo "unknown step $step (tests|ab|host|split|bench|sweep|warmup|hf|cute)"; exit 2 ;;
   esac
 done

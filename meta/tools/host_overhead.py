@@ -40,6 +40,13 @@ batch of every row in a rotated order, so each row's difference to the first row
 batches measured close in time (the median of those per-round differences: ``*_minus_ours_us``), which
 cancels most of a shared machine's drift.
 
+``--split-breakdown`` measures instead (and records with ``"probe": "split_breakdown"``) where
+the split-KV decode's host time goes, in rotated rounds as ``--dispatcher-rows`` does: the API and
+``rel_attn_out`` with ``num_splits`` 1 and 4, SDPA, and the pieces of the split call's prepared
+launch (``PreparedTritonCall``): the whole of it, its workspace allocation alone
+(``torch.empty``), the current-stream query alone, each of its two launches alone and both with a
+workspace allocated once beforehand (what reusing a workspace would cost).
+
 ``--backend NAME`` (e.g. ``cute``) passes ``backend=NAME`` to every call of 2-5 instead of the
 dispatcher's default choice, and records ``requested_backend``; the vLLM entry point takes no
 backend, so its figure is then left out (None). The decode (4 requests, one query each, 64 keys,
@@ -227,6 +234,87 @@ def dispatcher_rows(device: str, calls: int = 2000, rounds: int = 15) -> dict:
     return results
 
 
+def split_breakdown(device: str, calls: int = 2000, rounds: int = 15) -> dict:
+    """The figures of ``--split-breakdown`` (module docstring): per row, the median per-call µs
+    over ``rounds`` batches of ``calls`` calls (15% of ``calls`` for rows that launch kernels)."""
+    from inkling_ops.backends import triton_backend
+    from inkling_ops.problem import RelAttnArgs
+
+    case, out, args, options = _tiny_decode(device)
+    api_kwargs = dict(block_table=case.block_table, cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q,
+                      rel_logits=case.rel_logits, max_seqlen_q=1, softmax_scale=case.softmax_scale, out=out)  # fmt: skip
+    op = torch.ops.inkling.rel_attn_out.default
+    q, kc, vc = case.q, case.key_cache, case.value_cache
+    num_reqs, hkv, d = case.cache_seqlens.numel(), kc.shape[2], q.shape[-1]
+    q_dense = q[:num_reqs].unsqueeze(2)
+    k_dense = torch.randn(num_reqs, hkv, 64, d, dtype=q.dtype, device=device)
+    v_dense = torch.randn_like(k_dense)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    rows = {
+        "sdpa": lambda: sdpa(q_dense, k_dense, v_dense, scale=case.softmax_scale, enable_gqa=True),
+        "api_one_launch": lambda: inkling_ops.rel_attn(q, kc, vc, **api_kwargs, num_splits=1),
+        "api_split": lambda: inkling_ops.rel_attn(q, kc, vc, **api_kwargs, num_splits=4),
+        "rel_attn_out_one_launch": lambda: op(*args, **dict(options, num_splits=1)),
+        "rel_attn_out_split": lambda: op(*args, **dict(options, num_splits=4)),
+    }
+    results = {}
+    with torch.inference_mode():
+        call_cache.clear()
+        rows["api_split"]()
+        entries = [e for bucket in call_cache._ENTRIES.values() for e in bucket]
+        prepared = next((e.prepared for e in entries if getattr(e.plan, "num_splits", 0) == 4), None)
+        if isinstance(prepared, triton_backend.PreparedTritonCall):
+            pointers = tuple(t.data_ptr() for t in (*args, out))
+            call_args = RelAttnArgs(*args)
+            numel, dev = prepared.workspace_numel, q.device
+            workspace = torch.empty(numel, dtype=torch.float32, device=dev)
+            base = workspace.data_ptr()
+            full = pointers + (base, base + 4 * prepared.lse_offset)
+            (fwd, pick_fwd), (combine, pick_combine) = prepared._steps
+            stream_of = triton_backend._current_stream
+            index = prepared.device
+            fwd_ptrs, combine_ptrs = pick_fwd(full), pick_combine(full)
+
+            def both_prealloc():
+                torch.cuda.is_current_stream_capturing()
+                stream = stream_of(index)
+                fwd(stream, fwd_ptrs)
+                combine(stream, combine_ptrs)
+
+            rows.update({
+                "prepared_split": lambda: prepared(call_args, pointers, out),
+                "workspace_empty": lambda: torch.empty(numel, dtype=torch.float32, device=dev),
+                "current_stream": lambda: stream_of(index),
+                "is_current_stream_capturing": torch.cuda.is_current_stream_capturing,
+                "fwd_launch_alone": lambda: fwd(stream_of(index), fwd_ptrs),
+                "combine_launch_alone": lambda: combine(stream_of(index), combine_ptrs),
+                "both_launches_workspace_reused": both_prealloc,
+            })  # fmt: skip
+            results["workspace_bytes"] = 4 * numel
+        names = list(rows)
+        light = {"workspace_empty", "current_stream", "is_current_stream_capturing"}
+        samples = {name: [] for name in names}
+        for fn in rows.values():
+            for _ in range(200):
+                fn()
+        torch.cuda.synchronize()
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                fn, n = rows[name], (calls if name in light else max(1, calls * 3 // 20))
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                samples[name].append((time.perf_counter() - t0) / n * 1e6)
+                torch.cuda.synchronize()
+    for name in names:
+        results[f"{name}_us"] = statistics.median(samples[name])
+    results["rounds"], results["calls"] = rounds, calls
+    import triton
+
+    results["triton"], results["gpu"] = triton.__version__, torch.cuda.get_device_name()
+    return results
+
+
 def measure(device: str, calls: int = 2000, backend: str | None = None) -> dict:
     """The figures of the module docstring on ``device``; ``calls`` per batch (15% of it for the
     calls that run kernels); ``backend``: the backend every call asks for (None: the default choice)."""
@@ -299,10 +387,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls per batch (default 2000; the calls that run kernels use 15%% of it)")
     parser.add_argument("--backend", default=None, help="the backend every call asks for (e.g. cute); default: the dispatcher's choice")
     parser.add_argument("--dispatcher-rows", action="store_true", help="measure only the dispatcher's own cost per registration style (see the docstring)")
-    parser.add_argument("--rounds", type=int, default=15, help="rounds of --dispatcher-rows (default 15)")
+    parser.add_argument("--split-breakdown", action="store_true", help="measure only where the split-KV decode's host time goes (CUDA; see the docstring)")
+    parser.add_argument("--rounds", type=int, default=15, help="rounds of --dispatcher-rows / --split-breakdown (default 15)")
     args = parser.parse_args(argv)
     if args.dispatcher_rows:
         results = dict(probe="dispatcher_rows", **dispatcher_rows(args.device, calls=args.calls, rounds=args.rounds))
+    elif args.split_breakdown:
+        results = dict(probe="split_breakdown", **split_breakdown(args.device, calls=args.calls, rounds=args.rounds))
     else:
         results = measure(args.device, calls=args.calls, backend=args.backend)
     sha = benchmark_module().git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
