@@ -16,6 +16,7 @@ from .reference import rel_attn_reference
 from .serving import ServingConfig, enumerate_compile_keys, problem_for
 from .strict import StrictCompileError, strict_compiles
 from .warmup import warmup
+from .workspace import release_workspaces
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,7 @@ __all__ = [
     "problem_for",
     "rel_attn",
     "rel_attn_reference",
+    "release_workspaces",
     "set_checked_mode",
     "strict_compiles",
     "warmup",

@@ -25,6 +25,7 @@ from .. import kernel_cache, strict
 from ..compile_keys import CompileKey, DeviceFacts
 from ..heuristics import SplitPolicy
 from ..problem import RelAttnArgs, RelAttnProblem
+from ..workspace import fp32_workspace
 from .base import Backend
 
 #: Split-KV policy of the Triton decode path, from the H200 sweeps (meta/TUNING.md): global decode
@@ -312,10 +313,8 @@ class PreparedTritonCall:
             for launch, pick in self._steps:
                 launch(stream, pick(pointers))
             return
-        # through torch's allocator: under CUDA-graph capture it comes from the graph's pool; freed
-        # on return, on the stream it was used on (the allocator reuses it in stream order)
-        workspace = torch.empty(self.workspace_numel, dtype=torch.float32, device=args.q.device)
-        base = workspace.data_ptr()
+        # kept per stream between eager calls; under CUDA-graph capture, from the graph's pool
+        base = fp32_workspace(self.workspace_numel, args.q.device, stream).data_ptr()
         pointers = pointers + (base, base + 4 * self.lse_offset)
         for launch, pick in self._steps:
             launch(stream, pick(pointers))

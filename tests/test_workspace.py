@@ -1,0 +1,131 @@
+"""The workspace kept per stream between eager calls (``inkling_ops/workspace.py``).
+
+CPU: the keeping rules (reuse, growth, one buffer per stream, the size cap, capture, release),
+with CPU tensors standing in for CUDA ones. GPU (marked): split-KV decodes on one stream and on
+two streams at once, eager calls between the replays of a captured call, against the reference.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import inkling_ops
+from inkling_ops import workspace
+from inkling_ops.testing import make_case
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def clean(monkeypatch):
+    """No kept buffers before or after; capture reported as off (the CPU tests' stand-in)."""
+    workspace.release_workspaces()
+    monkeypatch.setattr(workspace, "_capturing", lambda: False)
+    yield
+    workspace.release_workspaces()
+
+
+def test_reused_on_one_stream_and_grown(clean):
+    first = workspace.fp32_workspace(100, CPU, stream=7)
+    assert first.dtype == torch.float32 and first.numel() >= 100
+    assert workspace.fp32_workspace(60, CPU, stream=7).data_ptr() == first.data_ptr()
+    grown = workspace.fp32_workspace(300, CPU, stream=7)
+    assert grown.numel() >= 300 and grown.data_ptr() != first.data_ptr()
+    assert workspace.kept_bytes() == 4 * grown.numel()
+
+
+def test_one_buffer_per_stream(clean):
+    a = workspace.fp32_workspace(100, CPU, stream=1)
+    b = workspace.fp32_workspace(100, CPU, stream=2)
+    assert a.data_ptr() != b.data_ptr()
+    assert workspace.kept_bytes() == 4 * (a.numel() + b.numel())
+
+
+def test_over_the_cap_allocates_per_call(clean):
+    big = workspace.REUSE_MAX_BYTES // 4 + 1
+    a = workspace.fp32_workspace(big, CPU, stream=3)
+    assert a.numel() == big and workspace.kept_bytes() == 0
+
+
+def test_capture_allocates_per_call(clean, monkeypatch):
+    kept = workspace.fp32_workspace(100, CPU, stream=4)
+    monkeypatch.setattr(workspace, "_capturing", lambda: True)
+    during = workspace.fp32_workspace(100, CPU, stream=4)
+    assert during.data_ptr() != kept.data_ptr()
+    assert workspace.kept_bytes() == 4 * kept.numel()
+
+
+def test_release(clean):
+    a = workspace.fp32_workspace(100, CPU, stream=5)
+    assert inkling_ops.release_workspaces() == 4 * a.numel()
+    assert workspace.kept_bytes() == 0
+    assert workspace.fp32_workspace(100, CPU, stream=5).data_ptr() != 0
+
+
+# --- on the GPU --------------------------------------------------------------------------------
+
+TOL = dict(atol=2e-2, rtol=2e-2)
+
+
+def _decode(seed: int):
+    return make_case(q_lens=[1] * 5, kv_lens=[3000, 17, 1024, 1025, 2], num_heads=16, num_kv_heads=2,
+                     rel_extent=1024, head_dim=128, dtype=torch.bfloat16, device="cuda",
+                     generator=torch.Generator().manual_seed(seed))  # fmt: skip
+
+
+def _call(case, out):
+    inkling_ops.rel_attn(*case.args(), **case.kwargs(), num_splits=4, backend="triton", out=out)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_two_streams_at_once():
+    """Split decodes of different inputs issued on two streams without syncs between them: each
+    stream keeps its own buffer and both results match the reference."""
+    workspace.release_workspaces()
+    a, b = _decode(1), _decode(2)
+    out_a, out_b = torch.empty_like(a.q), torch.empty_like(b.q)
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    for stream in (s1, s2):
+        stream.wait_stream(torch.cuda.current_stream())
+    for _ in range(20):
+        with torch.cuda.stream(s1):
+            _call(a, out_a)
+        with torch.cuda.stream(s2):
+            _call(b, out_b)
+    torch.cuda.synchronize()
+    assert len(workspace._BUFFERS) >= 2
+    torch.testing.assert_close(out_a.float(), a.reference_fp32(), **TOL)
+    torch.testing.assert_close(out_b.float(), b.reference_fp32(), **TOL)
+    workspace.release_workspaces()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_eager_calls_between_replays():
+    """A captured split decode owns its workspace: eager split decodes of other inputs on the
+    same stream between its replays neither disturb it nor are disturbed, and the capture keeps
+    no buffer of its own here."""
+    workspace.release_workspaces()
+    a, b = _decode(3), _decode(4)
+    out_a, out_b = torch.empty_like(a.q), torch.empty_like(b.q)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _call(a, out_a)  # warm-up: compiles
+    torch.cuda.current_stream().wait_stream(side)
+    _call(b, out_b)
+    kept = workspace.kept_bytes()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _call(a, out_a)
+    assert workspace.kept_bytes() == kept
+    out_a.zero_()
+    for _ in range(5):
+        graph.replay()
+        _call(b, out_b)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out_a.float(), a.reference_fp32(), **TOL)
+    torch.testing.assert_close(out_b.float(), b.reference_fp32(), **TOL)
+    workspace.release_workspaces()
