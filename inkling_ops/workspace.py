@@ -5,7 +5,9 @@ A repeated eager call would otherwise allocate its workspace through torch at ev
 of host time on the H200 host, a sixth of a split-KV decode's). Instead each CUDA stream keeps one
 fp32 buffer, grown to the largest workspace asked for on it, and every call on that stream writes
 it: calls on one stream run in order, so a call never writes the buffer while an earlier call on
-the same stream still reads it, and calls on different streams never share one.
+the same stream still reads it, and calls on different streams never share one. A buffer that is
+replaced or released goes back to torch's allocator only once the work queued on its stream is
+done (``record_stream``).
 
 Two cases allocate per call through torch instead:
 
@@ -27,7 +29,8 @@ import torch
 #: the largest workspace kept between calls, per stream (bytes); a larger one is allocated per call
 REUSE_MAX_BYTES = 32 << 20
 
-_BUFFERS: dict[int, torch.Tensor] = {}  # CUDA stream handle -> fp32 buffer
+_BUFFERS: dict[int, tuple[torch.Tensor, object]] = {}  # CUDA stream handle -> (fp32 buffer, torch stream)
+_ALLOCATION_STREAMS: dict[int, object] = {}  # device index -> a stream of ours that never runs work
 
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
 
@@ -39,21 +42,51 @@ def fp32_workspace(numel: int, device: torch.device, stream: int) -> torch.Tenso
     Equivalent PyTorch: ``torch.empty(numel, dtype=torch.float32, device=device)``."""
     if 4 * numel > REUSE_MAX_BYTES or _capturing is None or _capturing():
         return torch.empty(numel, dtype=torch.float32, device=device)
-    buffer = _BUFFERS.get(stream)
-    if buffer is None or buffer.numel() < numel:
-        # the old buffer (if any) returns to torch's allocator in this stream's order
-        buffer = _BUFFERS[stream] = torch.empty(numel, dtype=torch.float32, device=device)
+    kept = _BUFFERS.get(stream)
+    if kept is None or kept[0].numel() < numel:
+        return _grow(numel, device, stream, kept)
+    return kept[0]
+
+
+def _grow(numel: int, device: torch.device, stream: int, kept) -> torch.Tensor:
+    """A new kept buffer of ``numel`` elements for ``stream``, replacing ``kept`` (or None)."""
+    if device.type != "cuda":  # the unit tests' stand-in
+        buffer = torch.empty(numel, dtype=torch.float32, device=device)
+        _BUFFERS[stream] = (buffer, None)
+        return buffer
+    # Allocated while a stream of ours is current, not the caller's: a stream whose allocations a
+    # private memory pool serves (the warm-up runs of torch.compile's CUDA-graph trees) would
+    # otherwise put a buffer that outlives the call into that pool, which the pool's owner checks.
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    user = torch.cuda.current_stream(index)
+    allocation_stream = _ALLOCATION_STREAMS.get(index)
+    if allocation_stream is None:
+        allocation_stream = _ALLOCATION_STREAMS[index] = torch.cuda.Stream(index)
+    with torch.cuda.stream(allocation_stream):
+        buffer = torch.empty(numel, dtype=torch.float32, device=device)
+    if kept is not None:
+        _drop(kept)
+    _BUFFERS[stream] = (buffer, user)
     return buffer
 
 
+def _drop(kept) -> None:
+    """Hand a kept buffer back to torch's allocator once the work queued on its stream is done."""
+    buffer, user = kept
+    if user is not None:
+        buffer.record_stream(user)
+
+
 def release_workspaces() -> int:
-    """Drop every kept workspace buffer (to torch's caching allocator, in each stream's order);
-    returns the bytes released. Later calls allocate afresh."""
-    released = sum(4 * buffer.numel() for buffer in _BUFFERS.values())
+    """Drop every kept workspace buffer (to torch's caching allocator, once the work queued on its
+    stream is done); returns the bytes released. Later calls allocate afresh."""
+    released = kept_bytes()
+    for kept in _BUFFERS.values():
+        _drop(kept)
     _BUFFERS.clear()
     return released
 
 
 def kept_bytes() -> int:
     """Bytes of workspace kept between calls, over all streams."""
-    return sum(4 * buffer.numel() for buffer in _BUFFERS.values())
+    return sum(4 * buffer.numel() for buffer, _ in _BUFFERS.values())
