@@ -30,7 +30,6 @@ import torch
 REUSE_MAX_BYTES = 32 << 20
 
 _BUFFERS: dict[int, tuple[torch.Tensor, object]] = {}  # CUDA stream handle -> (fp32 buffer, torch stream)
-_ALLOCATION_STREAMS: dict[int, object] = {}  # device index -> a stream of ours that never runs work
 
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
 
@@ -50,24 +49,30 @@ def fp32_workspace(numel: int, device: torch.device, stream: int) -> torch.Tenso
 
 def _grow(numel: int, device: torch.device, stream: int, kept) -> torch.Tensor:
     """A new kept buffer of ``numel`` elements for ``stream``, replacing ``kept`` (or None)."""
-    if device.type != "cuda":  # the unit tests' stand-in
-        buffer = torch.empty(numel, dtype=torch.float32, device=device)
-        _BUFFERS[stream] = (buffer, None)
-        return buffer
-    # Allocated while a stream of ours is current, not the caller's: a stream whose allocations a
-    # private memory pool serves (the warm-up runs of torch.compile's CUDA-graph trees) would
-    # otherwise put a buffer that outlives the call into that pool, which the pool's owner checks.
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    user = torch.cuda.current_stream(index)
-    allocation_stream = _ALLOCATION_STREAMS.get(index)
-    if allocation_stream is None:
-        allocation_stream = _ALLOCATION_STREAMS[index] = torch.cuda.Stream(index)
-    with torch.cuda.stream(allocation_stream):
-        buffer = torch.empty(numel, dtype=torch.float32, device=device)
+    user = torch.cuda.current_stream(device) if device.type == "cuda" else None  # None: the unit tests' stand-in
+    buffer = _allocate_outside_pools(numel, device)
     if kept is not None:
         _drop(kept)
     _BUFFERS[stream] = (buffer, user)
     return buffer
+
+
+_ALLOCATOR = None  # concurrent.futures.ThreadPoolExecutor of one thread, made at the first growth
+
+
+def _allocate_outside_pools(numel: int, device: torch.device) -> torch.Tensor:
+    """``torch.empty(numel)`` in fp32 on ``device``, allocated by a thread of ours.
+
+    The calling thread's allocations may be routed to a private memory pool: torch.compile's
+    CUDA-graph trees run their warm-up eagerly with every allocation of the thread going to the
+    graphs' pool, and refuse tensors there that outlive the run. Our thread is never routed so,
+    and its allocation is tied to the legacy default stream, on which nothing of ours runs."""
+    global _ALLOCATOR
+    if _ALLOCATOR is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _ALLOCATOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inkling_ops_workspace")
+    return _ALLOCATOR.submit(torch.empty, numel, dtype=torch.float32, device=device).result()
 
 
 def _drop(kept) -> None:

@@ -129,3 +129,25 @@ def test_gpu_eager_calls_between_replays():
     torch.testing.assert_close(out_a.float(), a.reference_fp32(), **TOL)
     torch.testing.assert_close(out_b.float(), b.reference_fp32(), **TOL)
     workspace.release_workspaces()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_cudagraph_trees_warmup():
+    """torch.compile(mode="reduce-overhead") warms up eagerly with the thread's allocations routed
+    to its graphs' pool and refuses live tensors there it does not know: the kept buffer must not
+    be one of them."""
+    workspace.release_workspaces()
+    case = _decode(5)
+
+    def step(q, k, v, bt, sl, cu, rel):
+        return inkling_ops.rel_attn(q * 1.0, k, v, block_table=bt, cache_seqlens=sl, cu_seqlens_q=cu, rel_logits=rel,
+                                    max_seqlen_q=1, softmax_scale=case.softmax_scale, num_splits=4) + 1.0  # fmt: skip
+
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):
+        got = compiled(case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens,
+                       case.cu_seqlens_q, case.rel_logits)  # fmt: skip
+    torch.cuda.synchronize()
+    torch.testing.assert_close(got.float(), case.reference_fp32() + 1.0, **TOL)
+    workspace.release_workspaces()
