@@ -43,7 +43,9 @@ cancels most of a shared machine's drift.
 ``--split-breakdown`` measures instead (and records with ``"probe": "split_breakdown"``) where
 the split-KV decode's host time goes, in rotated rounds as ``--dispatcher-rows`` does: the API and
 ``rel_attn_out`` with ``num_splits`` 1 and 4, SDPA, and the pieces of the split call's prepared
-launch (``PreparedTritonCall``): the whole of it, its workspace allocation alone
+launch (``PreparedTritonCall``): the whole of it (its workspace kept per stream), the same with
+the workspace allocated per call through torch (the kept size cap set to 0 around each call), its
+workspace allocation alone
 (``torch.empty``), the current-stream query alone, each of its two launches alone and both with a
 workspace allocated once beforehand (what reusing a workspace would cost).
 
@@ -281,8 +283,17 @@ def split_breakdown(device: str, calls: int = 2000, rounds: int = 15) -> dict:
                 fwd(stream, fwd_ptrs)
                 combine(stream, combine_ptrs)
 
+            from inkling_ops import workspace as workspace_module
+
+            def prepared_per_call_allocation():  # the workspace allocated through torch, as before e1abb48
+                workspace_module.REUSE_MAX_BYTES = 0
+                prepared(call_args, pointers, out)
+                workspace_module.REUSE_MAX_BYTES = cap
+
+            cap = workspace_module.REUSE_MAX_BYTES
             rows.update({
                 "prepared_split": lambda: prepared(call_args, pointers, out),
+                "prepared_split_allocating_per_call": prepared_per_call_allocation,
                 "workspace_empty": lambda: torch.empty(numel, dtype=torch.float32, device=dev),
                 "current_stream": lambda: stream_of(index),
                 "is_current_stream_capturing": torch.cuda.is_current_stream_capturing,
