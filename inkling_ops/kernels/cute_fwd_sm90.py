@@ -262,12 +262,6 @@ class RelAttnFwdSm90:
       ``E`` (only rows whose slice crosses it), and a masked tile outside the band reads a row of
       zeros the CTA writes once at its start (one extra buffer row), instead of the bias buffer it
       does not wait for.
-    - ``debug_grid`` (timing controls for the compact grid's slowdown on global layers, on the
-      dense grid): ``"dense_scan"`` runs the compact grid's scan and folds its result into the
-      block indices without changing them (the compact kernel's code on the dense grid);
-      ``"compact_3d"`` finds each block's tile by the scan from its dense-grid position
-      ``req * gridDim.x + m_rev`` (the compact kernel's mapping on the dense grid's shape: right
-      only when every request has ``gridDim.x`` M tiles, e.g. 4 x 2K chunks).
 
     The grid (dense, or compact with ``config.compact_grid``) is a fact of the configuration, not
     a schedule option: the plan chooses it per call.
@@ -277,7 +271,7 @@ class RelAttnFwdSm90:
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
                  bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
-                 lean_mask: bool = False, debug_grid: str | None = None,
+                 lean_mask: bool = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -304,9 +298,6 @@ class RelAttnFwdSm90:
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
-        if debug_grid not in (None, "dense_scan", "compact_3d"):
-            raise ValueError(f"debug_grid is {debug_grid!r}; expected None, 'dense_scan' or 'compact_3d'")
-        self.debug_grid = debug_grid
         if lean_mask and not bias_bulk:
             raise ValueError("lean_mask needs bias_bulk (its producer writes a row's zeros with its copy)")
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
@@ -464,13 +455,6 @@ class RelAttnFwdSm90:
         num_tokens = mQ.shape[0]
         if const_expr(self.compact_grid):
             m_rev, req = self._find_tile(m_rev, mCuSeqlensQ, mSeqlens.shape[0], num_tokens)
-        if const_expr(self.debug_grid == "compact_3d"):
-            grid_x, _, _ = cute.arch.grid_dim()
-            m_rev, req = self._find_tile(req * grid_x + m_rev, mCuSeqlensQ, mSeqlens.shape[0], num_tokens)
-        if const_expr(self.debug_grid == "dense_scan"):
-            f_rev, f_req = self._find_tile(m_rev, mCuSeqlensQ, mSeqlens.shape[0], num_tokens)
-            m_rev = cute.arch.make_warp_uniform(cutlass.select_(f_rev == Int32(-12345), f_req, m_rev))
-            req = cute.arch.make_warp_uniform(cutlass.select_(f_req == Int32(-12345), f_rev, req))
         q_start, q_end = self._request_rows(mCuSeqlensQ, req, num_tokens)
         q_len = q_end - q_start
         page_size = mK.shape[1]

@@ -79,10 +79,6 @@ VARIANTS = {
     # block a real M tile, numbered across requests, or max_seqlen_q's M tiles x requests
     "compact": dict(compact_grid=True),
     "dense": dict(compact_grid=False),
-    # controls for the compact grid's slowdown on global layers (both on the dense grid's launch):
-    # the scan's code with the dense mapping, and the compact mapping on the dense grid's shape
-    "dense_scan": dict(compact_grid=False, debug_grid="dense_scan"),
-    "compact_3d": dict(compact_grid=False, debug_grid="compact_3d"),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
