@@ -1,13 +1,13 @@
 """Device workspace of the calls that need one (split-KV partials, the two-pass prefill's
 log-sum-exps), reused from call to call on the same stream.
 
-A repeated eager call would otherwise allocate its workspace through torch at every call (2-4 µs
-of host time on the H200 host, a sixth of a split-KV decode's). Instead each CUDA stream keeps one
-fp32 buffer, grown to the largest workspace asked for on it, and every call on that stream writes
-it: calls on one stream run in order, so a call never writes the buffer while an earlier call on
-the same stream still reads it, and calls on different streams never share one. A buffer that is
-replaced or released goes back to torch's allocator only once the work queued on its stream is
-done (``record_stream``).
+A repeated eager call would otherwise allocate its workspace through torch at every call, a
+measurable part of a split-KV decode's host time (``meta/host_overhead.md``). Instead each CUDA
+stream keeps one fp32 buffer, grown to the largest workspace asked for on it, and every call on
+that stream writes it: calls on one stream run in order, so a call never writes the buffer while
+an earlier call on the same stream still reads it, and calls on different streams never share
+one. A buffer that is replaced or released goes back to torch's allocator only once the work
+queued on its stream is done (``record_stream``).
 
 Two cases allocate per call through torch instead:
 
