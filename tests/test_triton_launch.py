@@ -100,3 +100,87 @@ def test_launcher_runs_the_compiled_kernel_on_the_current_stream(monkeypatch):
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hook)
     launcher((1, 1, 1), ("c",))
     assert compiled.indexed == [((1, 1, 1), ("c",))] and len(compiled.runs) == 2
+
+
+# --- PackedLaunch: the parameter buffer, against a stand-in driver --------------------------------
+
+import ctypes  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from inkling_ops.kernels.triton_launch import PackedLaunch  # noqa: E402
+
+_TOY_SIGNATURE = {"x_ptr": "*bf16", "y_ptr": "*fp32", "scale": "fp32", "n": "i32", "stride_x": "i32",
+                  "stride_u": "constexpr", "BLOCK": "constexpr"}  # fmt: skip
+
+
+class _Driver:
+    """cuLaunchKernel / cuFuncGetParamInfo stand-ins: the parameter sizes the 'driver' reports, and
+    each launch's grid, block, shared memory, stream and parameter values read back from the buffer."""
+
+    def __init__(self, sizes):
+        self.sizes, self.launches = sizes, []
+
+    def param_info(self, function, index, offset, size):
+        if index >= len(self.sizes):
+            return 1  # CUDA_ERROR_INVALID_VALUE
+        size._obj.value = self.sizes[index]
+        return 0
+
+    def launch(self, function, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
+        values = []
+        for i, n in enumerate(self.sizes):
+            raw = ctypes.string_at(params[i], n)
+            values.append(raw)
+        self.launches.append(((function, g0, g1, g2, b0, b1, b2, shared, stream), values))
+        return 0
+
+
+def _toy_compiled(signature=_TOY_SIGNATURE):
+    meta = SimpleNamespace(num_warps=4, shared=2048, num_ctas=1, cluster_dims=(1, 1, 1))
+    return SimpleNamespace(src=SimpleNamespace(signature=dict(signature)), metadata=meta, function=0xF00)
+
+
+@pytest.fixture
+def driver(monkeypatch):
+    fake = _Driver([8, 8, 4, 4, 4, 8, 8])  # the two pointers, scale, n, stride_x, Triton's two scratch pointers
+    monkeypatch.setattr(triton_launch, "_driver", lambda: (fake.launch, fake.param_info))
+    return fake
+
+
+def test_packed_launch_writes_pointers_and_the_bound_values(driver):
+    tail = (0.5, 1000, 64, 1, 64)  # scale, n, stride_x, then the two constexprs
+    packed = PackedLaunch.build(_toy_compiled(), (3, 2, 1), 2, tail)
+    assert packed is not None
+    assert packed(77, (0x1000, 0x2000)) == 0
+    assert packed(78, (0x3000, 0x4000)) == 0
+    (head, values), (head2, values2) = driver.launches
+    assert head == (0xF00, 3, 2, 1, 128, 1, 1, 2048, 77) and head2[-1] == 78
+    as_int = lambda raw: int.from_bytes(raw, "little", signed=True)  # noqa: E731
+    assert [as_int(v) for v in values[:2]] == [0x1000, 0x2000]
+    assert [as_int(v) for v in values2[:2]] == [0x3000, 0x4000]
+    assert ctypes.c_float.from_buffer_copy(values[2]).value == 0.5
+    assert [as_int(v) for v in values[3:5]] == [1000, 64]
+    assert [as_int(v) for v in values[5:]] == [0, 0]  # null scratch
+
+
+@pytest.mark.parametrize(
+    "sizes,tail,why",
+    [
+        ([8, 8, 4, 4], (0.5, 1000, 64, 1, 64), "the driver reports fewer parameters"),
+        ([8, 8, 4, 4, 8, 8, 8], (0.5, 1000, 64, 1, 64), "a parameter of another size"),
+        ([8, 8, 4, 4, 4, 8, 8, 8], (0.5, 1000, 64, 1, 64), "more than two trailing parameters"),
+        ([8, 8, 4, 4, 4, 8, 8], (0.5, 1 << 31, 64, 1, 64), "an i32 value out of range"),
+        ([8, 8, 4, 4, 4, 8, 8], (0.5, 1000, 64, 1), "fewer values than parameters"),
+        ([8, 8, 4, 4, 4, 8, 8], (0.5, True, 64, 1, 64), "a bool for an i32"),
+    ],
+)
+def test_packed_launch_refuses_what_it_cannot_pack(monkeypatch, sizes, tail, why):
+    fake = _Driver(sizes)
+    monkeypatch.setattr(triton_launch, "_driver", lambda: (fake.launch, fake.param_info))
+    assert PackedLaunch.build(_toy_compiled(), (3, 2, 1), 2, tail) is None, why
+
+
+def test_packed_launch_refuses_an_empty_grid_and_no_driver(driver, monkeypatch):
+    assert PackedLaunch.build(_toy_compiled(), (0, 2, 1), 2, (0.5, 1000, 64, 1, 64)) is None
+    monkeypatch.setattr(triton_launch, "_driver", lambda: (None, None))
+    assert PackedLaunch.build(_toy_compiled(), (3, 2, 1), 2, (0.5, 1000, 64, 1, 64)) is None
