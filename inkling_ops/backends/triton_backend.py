@@ -258,12 +258,12 @@ class TritonBackend(Backend):
             tail = fwd_module.fwd_args_tail(
                 args, out, softmax_scale=problem.softmax_scale, partial_strides=strides, constexprs=constexprs
             )
-            return BoundLaunch(launcher, grid, tail, num_pointers=len(_FWD_SLOTS["single"]))
+            return BoundLaunch(launcher, grid, tail)
 
         rows = num_tokens * num_heads
         if splits > 1:
             grid, tail = combine_module.combine_launch(splits, num_tokens, num_heads, head_dim, problem.num_reqs, out.stride())
-            launches = (bound_fwd(launchers[0], 0), BoundLaunch(launchers[1], grid, tail, num_pointers=len(_COMBINE_SLOTS)))
+            launches = (bound_fwd(launchers[0], 0), BoundLaunch(launchers[1], grid, tail))
             return PreparedTritonCall(
                 device, splits * rows * (head_dim + 1), splits * rows * head_dim, launches, (_FWD_SLOTS["split"], _COMBINE_SLOTS)
             )  # fmt: skip

@@ -258,109 +258,6 @@ def _raw_launch(compiled):
     return None, None
 
 
-#: bytes of each Triton parameter type in the kernel's parameter buffer (pointers: 8)
-_PARAM_CTYPES = {"i32": "c_int32", "u32": "c_uint32", "i64": "c_int64", "fp32": "c_float"}
-_INT_RANGES = {"i32": (-(1 << 31), (1 << 31) - 1), "u32": (0, (1 << 32) - 1), "i64": (-(1 << 63), (1 << 63) - 1)}
-
-
-@functools.lru_cache(maxsize=1)
-def _driver():
-    """``(cuLaunchKernel, cuFuncGetParamInfo)`` of the CUDA driver through ctypes, with their
-    argument types; ``(None, None)`` where the driver or either function is missing."""
-    import ctypes
-
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-        launch, param_info = lib.cuLaunchKernel, lib.cuFuncGetParamInfo
-    except (OSError, AttributeError):
-        return None, None
-    u32, ptr = ctypes.c_uint, ctypes.c_void_p
-    launch.argtypes = [ptr, u32, u32, u32, u32, u32, u32, u32, ptr, ptr, ptr]
-    launch.restype = ctypes.c_int
-    param_info.argtypes = [ptr, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-    param_info.restype = ctypes.c_int
-    return launch, param_info
-
-
-class PackedLaunch:
-    """One compiled kernel launched through the driver's ``cuLaunchKernel`` with its parameter
-    buffer packed once: ``packed(stream, pointers)`` writes the leading pointers into the buffer
-    and launches, instead of converting every argument from Python at every launch as Triton's
-    launcher does. Built by :meth:`build`, which returns None unless the kernel's parameters, as
-    the driver reports them (``cuFuncGetParamInfo``), are exactly the signature's non-constexpr
-    parameters followed by Triton's trailing scratch pointers (passed as null: the caller checked
-    the variant needs no scratch memory). A lock spans the write and the launch, so threads that
-    share one never mix their pointers."""
-
-    __slots__ = ("_launch", "_head", "_pointers", "_count", "_params", "_keep", "_lock")
-
-    @classmethod
-    def build(cls, compiled, grid: tuple, num_pointers: int, tail: tuple):
-        import ctypes
-        import threading
-
-        launch, param_info = _driver()
-        signature = getattr(getattr(compiled, "src", None), "signature", None)
-        meta = compiled.metadata
-        if launch is None or not isinstance(signature, dict) or min(grid) < 1:
-            return None
-        if getattr(meta, "num_ctas", 1) != 1 or tuple(getattr(meta, "cluster_dims", (1, 1, 1)) or (1, 1, 1)) != (1, 1, 1):
-            return None
-        types = list(signature.values())
-        if len(types) != num_pointers + len(tail):
-            return None
-        values = [None] * num_pointers + list(tail)
-        kept, slots = [], []
-        pointer_array = (ctypes.c_uint64 * num_pointers)()
-        for index, (kind, value) in enumerate(zip(types, values)):
-            if kind == "constexpr":
-                continue
-            if index < num_pointers:
-                if not kind.startswith("*"):
-                    return None
-                slots.append((ctypes.addressof(pointer_array) + 8 * index, 8))
-                continue
-            ctype = _PARAM_CTYPES.get(kind)
-            if ctype is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-                return None
-            if kind in _INT_RANGES:
-                low, high = _INT_RANGES[kind]
-                if not isinstance(value, int) or not low <= value <= high:
-                    return None
-            box = getattr(ctypes, ctype)(value)
-            kept.append(box)
-            slots.append((ctypes.addressof(box), ctypes.sizeof(box)))
-        if any(t.startswith("*") for t in types[num_pointers:]) or any(t == "constexpr" for t in types[:num_pointers]):
-            return None
-        function = compiled.function
-        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
-        reported = []
-        for index in range(len(slots) + 3):
-            if param_info(function, index, ctypes.byref(offset), ctypes.byref(size)) != 0:
-                break
-            reported.append(size.value)
-        extra = reported[len(slots):]
-        if reported[: len(slots)] != [n for _, n in slots] or len(extra) > 2 or any(n != 8 for n in extra):
-            return None
-        null = (ctypes.c_uint64 * max(1, len(extra)))()
-        addresses = [a for a, _ in slots] + [ctypes.addressof(null) + 8 * i for i in range(len(extra))]
-        self = cls.__new__(cls)
-        self._params = (ctypes.c_void_p * len(addresses))(*addresses)
-        self._keep = (kept, null)
-        self._pointers, self._count = pointer_array, num_pointers
-        g0, g1, g2 = grid
-        self._head = (function, g0, g1, g2, 32 * meta.num_warps, 1, 1, meta.shared)
-        self._launch = launch
-        self._lock = threading.Lock()
-        return self
-
-    def __call__(self, stream: int, pointers: tuple) -> int:
-        """Launch on ``stream`` with ``pointers`` (ints); returns the driver's status, 0 on success."""
-        with self._lock:
-            self._pointers[:] = pointers
-            return self._launch(*self._head, stream, self._params, None)
-
-
 _KNOBS = None  # triton.knobs.runtime, set at the first bind (BoundLaunch reads its launch hook)
 
 
@@ -369,17 +266,14 @@ class BoundLaunch:
     call that repeats: ``bound(stream, pointers)`` launches it with ``pointers`` (device addresses
     as ints, or tensors) followed by the bound arguments, through Triton's C launcher directly
     where the Triton version's convention is known (:func:`_raw_launch`), else through
-    :class:`Launcher`. With ``num_pointers`` (how many leading parameters ``pointers`` fills; they
-    must then be ints) it launches through a :class:`PackedLaunch` where one can be built. A launch
-    hook set for profilers is honoured (the launch then goes through ``CompiledKernel[grid]``).
-    Loads the kernel on the current device at its first launch."""
+    :class:`Launcher`. A launch hook set for profilers is honoured (the launch then goes through
+    ``CompiledKernel[grid]``). Loads the kernel on the current device at its first launch."""
 
-    __slots__ = ("launcher", "grid", "tail", "_launch", "_before", "_after", "_packed", "_num_pointers")
+    __slots__ = ("launcher", "grid", "tail", "_launch", "_before", "_after")
 
-    def __init__(self, launcher: Launcher, grid: tuple, tail: tuple, num_pointers: int | None = None) -> None:
+    def __init__(self, launcher: Launcher, grid: tuple, tail: tuple) -> None:
         self.launcher, self.grid, self.tail = launcher, tuple(grid), tuple(tail)
         self._launch = None
-        self._num_pointers = num_pointers
 
     def _bind(self) -> None:
         compiled = self.launcher.compiled
@@ -395,9 +289,6 @@ class BoundLaunch:
                             runner.kernel_signature)  # fmt: skip
             self._after = True  # the kernel's arguments travel as one tuple
         self._launch = launch if launch is not None else False
-        self._packed = None
-        if launch is not None and not coop and not pdl and self._num_pointers is not None:
-            self._packed = PackedLaunch.build(compiled, self.grid, self._num_pointers, self.tail)
         global _KNOBS
         _KNOBS = _runtime_knobs()
 
@@ -409,8 +300,6 @@ class BoundLaunch:
         hook = _KNOBS.launch_enter_hook  # None (3.6) or a HookChain, empty unless a profiler added one (3.9)
         if launch is False or (hook is not None and getattr(hook, "calls", True)):
             self.launcher(self.grid, pointers + self.tail)
-        elif self._packed is not None and not self._packed(stream, pointers):
-            return  # launched (a failure, e.g. no current context in this thread, retries below)
         elif self._after is None:
             launch(*self.grid, stream, *self._before, *pointers, *self.tail)
         else:
