@@ -24,6 +24,8 @@ receives, would share its buffer with that work.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 #: the largest workspace kept between calls, per stream (bytes); a larger one is allocated per call
@@ -58,6 +60,17 @@ def _grow(numel: int, device: torch.device, stream: int, kept) -> torch.Tensor:
 
 
 _ALLOCATOR = None  # concurrent.futures.ThreadPoolExecutor of one thread, made at the first growth
+
+
+def _forget_after_fork() -> None:
+    # a forked child has none of the parent's threads: an executor it inherited would never run
+    global _ALLOCATOR
+    _ALLOCATOR = None
+    _BUFFERS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _allocate_outside_pools(numel: int, device: torch.device) -> torch.Tensor:

@@ -151,3 +151,24 @@ def test_gpu_cudagraph_trees_warmup():
     torch.cuda.synchronize()
     torch.testing.assert_close(got.float(), case.reference_fp32() + 1.0, **TOL)
     workspace.release_workspaces()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_without_the_parents_allocator(clean):
+    """A child process inherits the parent's executor object but none of its threads: the module
+    forgets both (after_in_child), so the child's first growth makes its own."""
+    import os
+
+    workspace.fp32_workspace(100, CPU, stream=6)  # makes the allocator thread here
+    assert workspace._ALLOCATOR is not None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then grow a buffer with a fresh allocator
+        ok = workspace._ALLOCATOR is None and not workspace._BUFFERS
+        ok = ok and workspace.fp32_workspace(100, CPU, stream=6).numel() >= 100
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert answer == b"1"
