@@ -168,7 +168,13 @@ def test_a_forked_child_starts_without_the_parents_allocator(clean):
         ok = ok and workspace.fp32_workspace(100, CPU, stream=6).numel() >= 100
         os.write(write, b"1" if ok else b"0")
         os._exit(0)
+    import select
+    import signal
+
     os.close(write)
-    answer = os.read(read, 1)
+    ready, _, _ = select.select([read], [], [], 60)
+    answer = os.read(read, 1) if ready else b""
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    assert answer == b"1"
+    assert answer == b"1", "the child did not answer within 60 s" if not ready else "the child kept the parent's allocator"
