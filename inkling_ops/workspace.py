@@ -78,8 +78,9 @@ def _allocate_outside_pools(numel: int, device: torch.device) -> torch.Tensor:
 
     The calling thread's allocations may be routed to a private memory pool: torch.compile's
     CUDA-graph trees run their warm-up eagerly with every allocation of the thread going to the
-    graphs' pool, and refuse tensors there that outlive the run. Our thread is never routed so,
-    and its allocation is tied to the legacy default stream, on which nothing of ours runs."""
+    graphs' pool, and refuse tensors there that outlive the run. Our thread is never routed so.
+    Its allocation belongs to that thread's current stream, the default one; :func:`_drop`
+    records the stream that used the buffer before handing it back."""
     global _ALLOCATOR
     if _ALLOCATOR is None:
         from concurrent.futures import ThreadPoolExecutor
