@@ -125,6 +125,40 @@ def _per_call_us(fn, calls: int = 2000, batches: int = 7, device: str = "cpu") -
     return statistics.median(samples)
 
 
+def _rotated_samples(rows: dict, *, calls_of, rounds: int, device: str) -> dict[str, list[float]]:
+    """Per row, ``rounds`` samples of the per-call µs over ``calls_of(name)`` back-to-back calls,
+    each round one batch of every row in an order rotated by one (so a drifting host moves every
+    row alike). Every row first runs ``min(200, calls_of(name))`` times untimed."""
+    names = list(rows)
+    for name, fn in rows.items():
+        for _ in range(min(200, calls_of(name))):
+            fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    samples = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            fn, n = rows[name], calls_of(name)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / n * 1e6)
+            if device == "cuda":
+                torch.cuda.synchronize()
+    return samples
+
+
+def _sdpa_call(case, device: str):
+    """SDPA on the tiny decode's shape (its requests' single queries over 64 dense keys, no bias):
+    a no-argument callable."""
+    num_reqs, hkv, d = case.cache_seqlens.numel(), case.key_cache.shape[2], case.q.shape[-1]
+    q_dense = case.q[:num_reqs].unsqueeze(2)  # (B, Hq, 1, D)
+    k_dense = torch.randn(num_reqs, hkv, 64, d, dtype=case.q.dtype, device=device)
+    v_dense = torch.randn_like(k_dense)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return lambda: sdpa(q_dense, k_dense, v_dense, scale=case.softmax_scale, enable_gqa=True)
+
+
 def _registration_probes(args, options):
     from torch.library import Library, custom_op
 
@@ -210,20 +244,8 @@ def dispatcher_rows(device: str, calls: int = 2000, rounds: int = 15) -> dict:
     try:
         with backend_without_kernels(args, options):
             for context_name, context in (("inference_mode", torch.inference_mode), ("no_grad", torch.no_grad)):
-                samples = {name: [] for name in names}
                 with context():
-                    for fn in rows.values():
-                        for _ in range(min(200, calls)):
-                            fn()
-                    for r in range(rounds):
-                        for name in names[r % len(names):] + names[: r % len(names)]:
-                            fn = rows[name]
-                            t0 = time.perf_counter()
-                            for _ in range(calls):
-                                fn()
-                            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
-                            if device == "cuda":
-                                torch.cuda.synchronize()
+                    samples = _rotated_samples(rows, calls_of=lambda name: calls, rounds=rounds, device=device)
                 base = samples["empty_ours"]
                 for name in names:
                     results[f"{context_name}_{name}_us"] = statistics.median(samples[name])
@@ -247,13 +269,8 @@ def split_breakdown(device: str, calls: int = 2000, rounds: int = 15) -> dict:
                       rel_logits=case.rel_logits, max_seqlen_q=1, softmax_scale=case.softmax_scale, out=out)  # fmt: skip
     op = torch.ops.inkling.rel_attn_out.default
     q, kc, vc = case.q, case.key_cache, case.value_cache
-    num_reqs, hkv, d = case.cache_seqlens.numel(), kc.shape[2], q.shape[-1]
-    q_dense = q[:num_reqs].unsqueeze(2)
-    k_dense = torch.randn(num_reqs, hkv, 64, d, dtype=q.dtype, device=device)
-    v_dense = torch.randn_like(k_dense)
-    sdpa = torch.nn.functional.scaled_dot_product_attention
     rows = {
-        "sdpa": lambda: sdpa(q_dense, k_dense, v_dense, scale=case.softmax_scale, enable_gqa=True),
+        "sdpa": _sdpa_call(case, device),
         "api_one_launch": lambda: inkling_ops.rel_attn(q, kc, vc, **api_kwargs, num_splits=1),
         "api_split": lambda: inkling_ops.rel_attn(q, kc, vc, **api_kwargs, num_splits=4),
         "rel_attn_out_one_launch": lambda: op(*args, **dict(options, num_splits=1)),
@@ -302,23 +319,11 @@ def split_breakdown(device: str, calls: int = 2000, rounds: int = 15) -> dict:
                 "both_launches_workspace_reused": both_prealloc,
             })  # fmt: skip
             results["workspace_bytes"] = 4 * numel
-        names = list(rows)
         light = {"workspace_empty", "current_stream", "is_current_stream_capturing"}
-        samples = {name: [] for name in names}
-        for fn in rows.values():
-            for _ in range(200):
-                fn()
-        torch.cuda.synchronize()
-        for r in range(rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:
-                fn, n = rows[name], (calls if name in light else max(1, calls * 3 // 20))
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    fn()
-                samples[name].append((time.perf_counter() - t0) / n * 1e6)
-                torch.cuda.synchronize()
-    for name in names:
-        results[f"{name}_us"] = statistics.median(samples[name])
+        heavy = max(1, calls * 3 // 20)
+        samples = _rotated_samples(rows, calls_of=lambda name: calls if name in light else heavy, rounds=rounds, device=device)
+    for name, values in samples.items():
+        results[f"{name}_us"] = statistics.median(values)
     results["rounds"], results["calls"] = rounds, calls
     import triton
 
@@ -339,12 +344,7 @@ def measure(device: str, calls: int = 2000, backend: str | None = None) -> dict:
         max_seqlen_q=1, softmax_scale=case.softmax_scale, causal=True, window_size=(-1, -1),
         rel_extent=case.rel_logits.shape[-1], rel_logits=case.rel_logits, out=out,
     )  # fmt: skip
-    # SDPA on the same decode: 4 requests of one query over their 64 keys, dense, no bias.
-    num_reqs, hkv, d = case.cache_seqlens.numel(), case.key_cache.shape[2], case.q.shape[-1]
-    q_dense = case.q[:num_reqs].unsqueeze(2)  # (B, Hq, 1, D)
-    k_dense = torch.randn(num_reqs, hkv, 64, d, dtype=case.q.dtype, device=device)
-    v_dense = torch.randn_like(k_dense)
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    sdpa = _sdpa_call(case, device)  # the same decode, dense, no bias
     heavy = max(1, calls * 3 // 20)
     with torch.inference_mode():
         results = {
@@ -380,7 +380,7 @@ def measure(device: str, calls: int = 2000, backend: str | None = None) -> dict:
         problem = check_call(*args, 1, case.softmax_scale, [-1, -1], True, 0, out)
         _backend, plan = dispatch.plan_call(problem, case.q.device, None)
         results["default_num_splits"] = plan.num_splits
-        results["sdpa_us"] = _per_call_us(lambda: sdpa(q_dense, k_dense, v_dense, scale=case.softmax_scale, enable_gqa=True), calls=calls, device=device)
+        results["sdpa_us"] = _per_call_us(sdpa, calls=calls, device=device)
         results["default_backend"] = backend_name
         results["requested_backend"] = backend
         if device == "cuda":
