@@ -16,6 +16,11 @@ Two cases allocate per call through torch instead:
 - a workspace larger than :data:`REUSE_MAX_BYTES` (such calls run for long enough on the GPU
   that the allocation's host time does not matter, and the memory is not held between calls).
 
+A split-KV launch that merges its splits in the kernel also counts, per row block, the splits
+that have finished (:func:`arrival_counts`): int32 counts that must be zero before the launch,
+and that the launch leaves zero. Each stream keeps one such buffer too, allocated zeroed once;
+under capture the call allocates it zeroed through torch, so the graph zeroes it at each replay.
+
 The buffers live until :func:`release_workspaces` (or the process's end): at most
 :data:`REUSE_MAX_BYTES` per stream that ran such a call. Streams are told apart by their CUDA
 handle; a stream destroyed while its work is still running, whose handle a new stream then
@@ -32,6 +37,7 @@ import torch
 REUSE_MAX_BYTES = 32 << 20
 
 _BUFFERS: dict[int, tuple[torch.Tensor, object]] = {}  # CUDA stream handle -> (fp32 buffer, torch stream)
+_COUNTS: dict[int, tuple[torch.Tensor, object]] = {}  # CUDA stream handle -> (int32 zeros, torch stream)
 
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
 
@@ -49,13 +55,28 @@ def fp32_workspace(numel: int, device: torch.device, stream: int) -> torch.Tenso
     return kept[0]
 
 
-def _grow(numel: int, device: torch.device, stream: int, kept) -> torch.Tensor:
-    """A new kept buffer of ``numel`` elements for ``stream``, replacing ``kept`` (or None)."""
+def arrival_counts(numel: int, device: torch.device, stream: int) -> torch.Tensor:
+    """A flat int32 CUDA tensor of at least ``numel`` zeros on ``device`` for a call launched on
+    the current stream, whose handle is ``stream``. The call must leave them zero (the kernel that
+    counts in them sets each count back once it is done with it).
+
+    Equivalent PyTorch: ``torch.zeros(numel, dtype=torch.int32, device=device)``."""
+    if 4 * numel > REUSE_MAX_BYTES or _capturing is None or _capturing():
+        return torch.zeros(numel, dtype=torch.int32, device=device)
+    kept = _COUNTS.get(stream)
+    if kept is None or kept[0].numel() < numel:
+        return _grow(numel, device, stream, kept, _COUNTS, torch.int32)
+    return kept[0]
+
+
+def _grow(numel: int, device: torch.device, stream: int, kept, buffers=_BUFFERS, dtype=torch.float32) -> torch.Tensor:
+    """A new kept buffer of ``numel`` elements for ``stream`` in ``buffers``, replacing ``kept``
+    (or None): fp32 and uninitialised, or int32 zeros."""
     user = torch.cuda.current_stream(device) if device.type == "cuda" else None  # None: the unit tests' stand-in
-    buffer = _allocate_outside_pools(numel, device)
+    buffer = _allocate_outside_pools(numel, device, dtype)
     if kept is not None:
         _drop(kept)
-    _BUFFERS[stream] = (buffer, user)
+    buffers[stream] = (buffer, user)
     return buffer
 
 
@@ -67,14 +88,16 @@ def _forget_after_fork() -> None:
     global _ALLOCATOR
     _ALLOCATOR = None
     _BUFFERS.clear()
+    _COUNTS.clear()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _allocate_outside_pools(numel: int, device: torch.device) -> torch.Tensor:
-    """``torch.empty(numel)`` in fp32 on ``device``, allocated by a thread of ours.
+def _allocate_outside_pools(numel: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``torch.empty(numel)`` in fp32 (``torch.zeros`` in int32) on ``device``, allocated by a
+    thread of ours (the zeroing is done on that thread's stream, and waited for).
 
     The calling thread's allocations may be routed to a private memory pool: torch.compile's
     CUDA-graph trees run their warm-up eagerly with every allocation of the thread going to the
@@ -86,7 +109,17 @@ def _allocate_outside_pools(numel: int, device: torch.device) -> torch.Tensor:
         from concurrent.futures import ThreadPoolExecutor
 
         _ALLOCATOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inkling_ops_workspace")
-    return _ALLOCATOR.submit(torch.empty, numel, dtype=torch.float32, device=device).result()
+    return _ALLOCATOR.submit(_allocate, numel, device, dtype).result()
+
+
+def _allocate(numel: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    if dtype == torch.float32:
+        return torch.empty(numel, dtype=dtype, device=device)
+    zeros = torch.zeros(numel, dtype=dtype, device=device)
+    if device.type == "cuda":
+        # zeroed on this thread's (default) stream: done before the caller's stream uses it
+        torch.cuda.current_stream(device).synchronize()
+    return zeros
 
 
 def _drop(kept) -> None:
@@ -100,12 +133,13 @@ def release_workspaces() -> int:
     """Drop every kept workspace buffer (to torch's caching allocator, once the work queued on its
     stream is done); returns the bytes released. Later calls allocate afresh."""
     released = kept_bytes()
-    for kept in _BUFFERS.values():
-        _drop(kept)
-    _BUFFERS.clear()
+    for buffers in (_BUFFERS, _COUNTS):
+        for kept in buffers.values():
+            _drop(kept)
+        buffers.clear()
     return released
 
 
 def kept_bytes() -> int:
-    """Bytes of workspace kept between calls, over all streams."""
-    return sum(4 * buffer.numel() for buffer, _ in _BUFFERS.values())
+    """Bytes of workspace (and arrival counts) kept between calls, over all streams."""
+    return sum(4 * buffer.numel() for buffers in (_BUFFERS, _COUNTS) for buffer, _ in buffers.values())

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 #: Page sizes of the GPU forms unless a case says otherwise.
 GPU_PAGES = (16, 64, 128)
 #: Split counts forced on CPU, beside the heuristic's choice, on the cases a backend splits
-#: (short queries: its split policy's max_split_q).
-CPU_FORCED_SPLITS = (1, 3)
+#: (short queries: its split policy's max_split_q). 3 splits go through the combine kernel, 4 merge in the
+#: forward kernel (triton_configs.merges_splits).
+CPU_FORCED_SPLITS = (1, 3, 4)
 
 
 @dataclass(frozen=True)

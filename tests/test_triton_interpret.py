@@ -83,6 +83,53 @@ def test_combine_blocks():
             assert head_dim % block_d == 0 and block_s * block_d <= 4096 and block_s <= pad
 
 
+def test_merges_splits_rule():
+    from inkling_ops.kernels.triton_configs import MERGE_MAX_SPLITS, merges_splits
+
+    assert [s for s in range(1, 70) if merges_splits(s)] == [2, 4, 8, 16] and MERGE_MAX_SPLITS == 16
+    assert not merges_splits(32) and not merges_splits(3)
+
+
+def _merge_launch(case, num_splits: int, arrivals):
+    """The forward kernel alone (no combine launch) with ``num_splits`` splits, into a fresh ``out``."""
+    from inkling_ops.kernels.triton_configs import fwd_config
+    from inkling_ops.kernels.triton_fwd import launch_rel_attn_fwd
+    from inkling_ops.problem import RelAttnArgs
+
+    args = RelAttnArgs(case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens,
+                       case.cu_seqlens_q, case.rel_logits)  # fmt: skip
+    config = fwd_config(head_dim=case.q.shape[2], q_per_kv=case.q.shape[1] // case.key_cache.shape[2],
+                        max_seqlen_q_bucket=16, page_size=case.key_cache.shape[1], window_left=case.window_size[0],
+                        rel_extent=case.rel_logits.shape[2])  # fmt: skip
+    rows = num_splits * case.q.shape[0] * case.q.shape[1]
+    part_out = torch.empty(num_splits, *case.q.shape)
+    part_lse = torch.empty(num_splits, *case.q.shape[:2])
+    out = torch.full_like(case.q, 7.0)
+    launch_rel_attn_fwd(args, out, softmax_scale=case.softmax_scale, window_left=case.window_size[0],
+                        max_seqlen_q=case.max_seqlen_q, num_splits=num_splits, config=config, part_out=part_out,
+                        part_lse=part_lse, arrivals=arrivals)  # fmt: skip
+    assert rows == part_lse.numel()
+    return out
+
+
+@pytest.mark.parametrize("case_id", ["decode_batch_E_lt_kv_g8", "spec_verify_q9"])
+def test_forward_merges_its_splits_and_leaves_the_counts_zero(case_id):
+    """A split launch that merges in the kernel writes out alone and sets every arrival count back
+    to zero; counts that do not start at zero make it merge early, so they are what it waits on."""
+    case = make_case(**dict(CASES)[case_id])
+    n = sum(case.q_lens)
+    ref = inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference")
+    counts = 2 * len(case.q_lens) * case.key_cache.shape[2] * case.max_seqlen_q  # more than the row blocks
+    arrivals = torch.zeros(counts, dtype=torch.int32)
+    out = _merge_launch(case, 4, arrivals)
+    torch.testing.assert_close(out[:n], ref[:n], atol=2e-5, rtol=2e-5)
+    assert torch.all(out[n:] == 7.0) and torch.all(arrivals == 0)
+    early = _merge_launch(case, 4, torch.ones(counts, dtype=torch.int32))  # the third split merges
+    assert not torch.allclose(early[:n], ref[:n], atol=2e-5, rtol=2e-5)
+    with pytest.raises(ValueError, match="arrivals"):
+        _merge_launch(case, 4, None)
+
+
 TWO_PASS_CONFIGS = [  # (band config, plain config); band entry 5 sets bias_ahead
     ((16, 16, 4, 2), (64, 32, 4, 2)),
     ((64, 64, 4, 2), (128, 128, 8, 3)),

@@ -1,8 +1,9 @@
 """The workspace kept per stream between eager calls (``inkling_ops/workspace.py``).
 
 CPU: the keeping rules (reuse, growth, one buffer per stream, the size cap, capture, release),
-with CPU tensors standing in for CUDA ones. GPU (marked): split-KV decodes on one stream and on
-two streams at once, eager calls between the replays of a captured call, against the reference.
+for the fp32 workspace and the arrival counts, with CPU tensors standing in for CUDA ones. GPU
+(marked): split-KV decodes (4 splits, merged in the forward) on one stream and on two streams at
+once, eager calls between the replays of a captured call, against the reference.
 """
 
 from __future__ import annotations
@@ -63,6 +64,28 @@ def test_release(clean):
     assert workspace.fp32_workspace(100, CPU, stream=5).data_ptr() != 0
 
 
+def test_arrival_counts_are_zeros_kept_per_stream(clean):
+    first = workspace.arrival_counts(10, CPU, stream=8)
+    assert first.dtype == torch.int32 and first.numel() >= 10 and not first.any()
+    assert workspace.arrival_counts(4, CPU, stream=8).data_ptr() == first.data_ptr()
+    other = workspace.arrival_counts(10, CPU, stream=9)
+    assert other.data_ptr() != first.data_ptr()
+    grown = workspace.arrival_counts(50, CPU, stream=8)
+    assert grown.numel() >= 50 and not grown.any() and grown.data_ptr() != first.data_ptr()
+    # kept apart from the fp32 workspace of the same stream (whose contents are garbage)
+    assert workspace.fp32_workspace(50, CPU, stream=8).data_ptr() != grown.data_ptr()
+    assert workspace.kept_bytes() == 4 * (grown.numel() + other.numel()) + 4 * 50
+    assert inkling_ops.release_workspaces() > 0 and workspace.kept_bytes() == 0
+
+
+def test_arrival_counts_under_capture_are_fresh_zeros(clean, monkeypatch):
+    kept = workspace.arrival_counts(10, CPU, stream=10)
+    monkeypatch.setattr(workspace, "_capturing", lambda: True)
+    during = workspace.arrival_counts(10, CPU, stream=10)
+    assert during.data_ptr() != kept.data_ptr() and not during.any()
+    assert workspace.kept_bytes() == 4 * kept.numel()
+
+
 # --- on the GPU --------------------------------------------------------------------------------
 
 TOL = dict(atol=2e-2, rtol=2e-2)
@@ -95,7 +118,9 @@ def test_gpu_two_streams_at_once():
         with torch.cuda.stream(s2):
             _call(b, out_b)
     torch.cuda.synchronize()
-    assert len(workspace._BUFFERS) >= 2
+    assert len(workspace._BUFFERS) >= 2 and len(workspace._COUNTS) >= 2
+    # the forward merged its 4 splits (one launch) and set every arrival count back to zero
+    assert all(not counts.any() for counts, _ in workspace._COUNTS.values())
     torch.testing.assert_close(out_a.float(), a.reference_fp32(), **TOL)
     torch.testing.assert_close(out_b.float(), b.reference_fp32(), **TOL)
     workspace.release_workspaces()

@@ -6,7 +6,8 @@ so under CUDA-graph capture it comes from the graph's memory pool; nothing syncs
 
 Compiled kernels are keyed by the call's :class:`~inkling_ops.compile_keys.CompileKey` and nothing
 else: :func:`kernel_plan` maps a key to its launch configuration and the specs of every kernel it
-launches (the forward passes, the combine of a split key), :meth:`TritonBackend.compile` compiles
+launches (the forward passes, the combine of a split key whose forward does not merge its splits),
+:meth:`TritonBackend.compile` compiles
 them without tensors (for the key's arch, on any machine), and :meth:`TritonBackend.run` finds a
 call's kernels in memory, then in the persistent store (:mod:`inkling_ops.kernel_cache`), and
 compiles only when both miss (after :func:`inkling_ops.strict.check_compile`).
@@ -25,7 +26,7 @@ from .. import kernel_cache, strict
 from ..compile_keys import CompileKey, DeviceFacts
 from ..heuristics import SplitPolicy
 from ..problem import RelAttnArgs, RelAttnProblem
-from ..workspace import fp32_workspace
+from ..workspace import arrival_counts, fp32_workspace
 from .base import Backend
 
 #: Split-KV policy of the Triton decode path, from the H200 sweeps (meta/TUNING.md): global decode
@@ -58,7 +59,7 @@ def _kernel_modules():
 
 class KernelPlan(NamedTuple):
     """What a compile key launches: the configuration, then one spec per launch in order (the
-    forward passes, then the combine of a split key)."""
+    forward passes, then the combine of a split key whose forward does not merge its splits)."""
 
     config: object  # triton_configs.FwdConfig
     specs: tuple  # triton_launch.KernelSpec, one per launch
@@ -70,7 +71,7 @@ def kernel_plan(key: CompileKey) -> KernelPlan:
 
     The same decisions as :func:`run_triton` on a call with that key: a two-pass prefill when the
     configuration has a plain pass, the key is unsplit and the layer has plain tiles; a split key
-    adds the combine.
+    adds the combine unless its forward merges the splits itself (``triton_configs.merges_splits``).
     """
     triton_configs, fwd_module, combine_module = _kernel_modules()
     from ..kernels.triton_launch import cuda_target
@@ -97,7 +98,7 @@ def kernel_plan(key: CompileKey) -> KernelPlan:
         return KernelPlan(config, specs, (pass1, pass2))
     constexprs = triton_configs.fwd_constexprs(config, **common, num_splits=key.num_splits)
     specs = (fwd_module.fwd_spec(constexprs, config, **spec_args),)
-    if key.num_splits > 1:
+    if key.num_splits > 1 and not constexprs.MERGE_SPLITS:
         specs += (
             combine_module.combine_spec(
                 num_splits=key.num_splits, head_dim=key.head_dim, dtype=key.dtype, aligned=key.aligned, arch=arch
@@ -223,14 +224,19 @@ class TritonBackend(Backend):
 
     def launch_plan(self, key: CompileKey, problem: RelAttnProblem) -> tuple[object, int]:
         """The forward configuration of ``key`` (``fwd_config``) and the bytes the call allocates:
-        split-KV partial outputs and log-sum-exps (fp32), or the two-pass prefill's log-sum-exps."""
-        config = _kernel_modules()[0].fwd_config(
+        split-KV partial outputs and log-sum-exps (fp32) and, when the forward merges the splits,
+        its arrival counts (int32, one per row block); or the two-pass prefill's log-sum-exps."""
+        triton_configs = _kernel_modules()[0]
+        config = triton_configs.fwd_config(
             head_dim=key.head_dim, q_per_kv=key.q_per_kv, max_seqlen_q_bucket=key.max_seqlen_q_bucket,
             window_left=key.window_left, rel_extent=key.rel_extent, page_size=key.page_size,
         )  # fmt: skip
         rows = problem.num_tokens * problem.num_heads
         if key.num_splits > 1:
-            return config, 4 * key.num_splits * rows * (problem.head_dim + 1)
+            counts = 0
+            if triton_configs.merges_splits(key.num_splits):
+                counts = _row_blocks(config, key.q_per_kv, problem.max_seqlen_q) * problem.num_reqs * key.num_kv_heads
+            return config, 4 * key.num_splits * rows * (problem.head_dim + 1) + 4 * counts
         if config.plain is not None and (key.window_left < 0 or key.window_left >= key.rel_extent):
             return config, 4 * rows
         return config, 0
@@ -261,6 +267,12 @@ class TritonBackend(Backend):
             return BoundLaunch(launcher, grid, tail)
 
         rows = num_tokens * num_heads
+        if splits > 1 and launchers[0].constexprs.MERGE_SPLITS:
+            fwd = bound_fwd(launchers[0], 0)
+            counts = fwd.grid[0] * fwd.grid[2]  # one per row block
+            return PreparedTritonCall(
+                device, splits * rows * (head_dim + 1), splits * rows * head_dim, (fwd,), (_FWD_SLOTS["merge"],), counts
+            )  # fmt: skip
         if splits > 1:
             grid, tail = combine_module.combine_launch(splits, num_tokens, num_heads, head_dim, problem.num_reqs, out.stride())
             launches = (bound_fwd(launchers[0], 0), BoundLaunch(launchers[1], grid, tail))
@@ -299,12 +311,17 @@ class PreparedTritonCall:
     launch only passes the eight tensors' addresses, the workspace's and the current stream.
     ``launches``: ``triton_launch.BoundLaunch`` objects in order; ``pointer_maps``: for each, the
     slots of its leading pointers (0-7: the call's tensors in ``RelAttnArgs`` order then out,
-    8: the workspace, 9: the log-sum-exp part of the workspace)."""
+    8: the workspace, 9: the log-sum-exp part of the workspace, 10: the arrival counts of a
+    forward that merges its splits, ``arrivals_numel`` of them; 0 when it has none)."""
 
-    __slots__ = ("device", "workspace_numel", "lse_offset", "_steps")
+    __slots__ = ("device", "workspace_numel", "lse_offset", "arrivals_numel", "_steps")
 
-    def __init__(self, device: int, workspace_numel: int, lse_offset: int, launches: tuple, pointer_maps: tuple):
+    def __init__(
+        self, device: int, workspace_numel: int, lse_offset: int, launches: tuple, pointer_maps: tuple,
+        arrivals_numel: int = 0,
+    ):  # fmt: skip
         self.device, self.workspace_numel, self.lse_offset = device, workspace_numel, lse_offset
+        self.arrivals_numel = arrivals_numel
         self._steps = tuple((launch, operator.itemgetter(*slots)) for launch, slots in zip(launches, pointer_maps))
 
     def __call__(self, args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:
@@ -315,20 +332,31 @@ class PreparedTritonCall:
             return
         # kept per stream between eager calls; under CUDA-graph capture, from the graph's pool
         base = fp32_workspace(self.workspace_numel, args.q.device, stream).data_ptr()
-        pointers = pointers + (base, base + 4 * self.lse_offset)
+        counts = arrival_counts(self.arrivals_numel, args.q.device, stream).data_ptr() if self.arrivals_numel else 0
+        pointers = pointers + (base, base + 4 * self.lse_offset, counts)
         for launch, pick in self._steps:
             launch(stream, pick(pointers))
+
+
+def _row_blocks(config, q_per_kv: int, max_seqlen_q: int) -> int:
+    """Row blocks of the longest request in a forward launch of ``config`` (its grid's first
+    dimension, ``triton_fwd.fwd_grid``)."""
+    g_pad = 1 << max(0, q_per_kv - 1).bit_length()
+    block_q = max(config.block_m, g_pad) // g_pad
+    return -(-max_seqlen_q // block_q)
 
 
 _current_stream = torch._C._cuda_getCurrentRawStream if hasattr(torch._C, "_cuda_getCurrentRawStream") else None
 
 
-#: the forward kernel's ten leading pointers: q, K, V, rel_logits, block_table, cache_seqlens,
-#: cu_seqlens_q, out, part_out, part_lse (slots of PreparedTritonCall.pointer_maps)
+#: the forward kernel's eleven leading pointers: q, K, V, rel_logits, block_table, cache_seqlens,
+#: cu_seqlens_q, out, part_out, part_lse, arrivals (slots of PreparedTritonCall.pointer_maps;
+#: cu_seqlens_q stands in for unused arrivals)
 _FWD_SLOTS = {
-    "single": (0, 1, 2, 6, 3, 4, 5, 7, 7, 7),
-    "split": (0, 1, 2, 6, 3, 4, 5, 7, 8, 9),
-    "two_pass": (0, 1, 2, 6, 3, 4, 5, 7, 7, 8),
+    "single": (0, 1, 2, 6, 3, 4, 5, 7, 7, 7, 5),
+    "split": (0, 1, 2, 6, 3, 4, 5, 7, 8, 9, 5),
+    "merge": (0, 1, 2, 6, 3, 4, 5, 7, 8, 9, 10),
+    "two_pass": (0, 1, 2, 6, 3, 4, 5, 7, 7, 8, 5),
 }
 #: the combine's four: part_out, part_lse, out, cu_seqlens_q
 _COMBINE_SLOTS = (8, 9, 7, 5)
@@ -345,8 +373,8 @@ def run_triton(
     config,
     launchers: tuple = (),
 ):
-    """Forward kernel (and, with num_splits > 1, the combine) on the call's tensors ``args``,
-    writing ``out``, with an explicit launch config.
+    """Forward kernel (and, with num_splits > 1 and no merge in the forward, the combine) on the
+    call's tensors ``args``, writing ``out``, with an explicit launch config.
 
     The backend's ``run`` uses the tuned config; the tuner (``meta/tools/tuning.py``) calls this
     with candidates. Arguments must already be validated. ``launchers``: the compiled kernels of
@@ -362,7 +390,8 @@ def run_triton(
     if rel_logits.stride(2) != 1:
         # the kernel's bias gather assumes unit stride over d
         args = args._replace(rel_logits=rel_logits.contiguous())
-    part_out = part_lse = None
+    part_out = part_lse = arrivals = None
+    merges = _kernel_modules()[0].merges_splits(num_splits)
     if num_splits > 1:
         # One workspace allocation: partial outputs (S, T, Hq, D) then log-sum-exps (S, T, Hq).
         shape = (num_splits, num_tokens, num_heads)
@@ -370,6 +399,13 @@ def run_triton(
         workspace = torch.empty(rows * (head_dim + 1), dtype=torch.float32, device=q.device)
         part_out = workspace[: rows * head_dim].view(shape + (head_dim,))
         part_lse = workspace[rows * head_dim :].view(shape)
+        if merges:  # the forward merges the splits, counting arrivals per row block
+            blocks = _row_blocks(config, num_heads // args.key_cache.shape[2], max_seqlen_q)
+            counts = blocks * args.cache_seqlens.shape[0] * args.key_cache.shape[2]
+            if q.is_cuda:  # kept per stream, as the prepared call's (zeroed in the graph under capture)
+                arrivals = arrival_counts(counts, q.device, torch.cuda.current_stream(q.device).cuda_stream)
+            else:
+                arrivals = torch.zeros(counts, dtype=torch.int32, device=q.device)
     common = dict(softmax_scale=softmax_scale, window_left=window_left, max_seqlen_q=max_seqlen_q)
     plain = config.plain
     if num_splits == 1 and plain is not None and (window_left < 0 or window_left >= rel_logits.shape[2]):
@@ -383,8 +419,9 @@ def run_triton(
         )
     fwd = {"launcher": launchers[0]} if launchers else {}
     compiled = launch_rel_attn_fwd(
-        args, out, **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse, **fwd
-    )
-    if num_splits > 1:
+        args, out, **common, num_splits=num_splits, config=config, part_out=part_out, part_lse=part_lse,
+        arrivals=arrivals, **fwd,
+    )  # fmt: skip
+    if num_splits > 1 and not merges:
         launch_rel_attn_combine(part_out, part_lse, out, args.cu_seqlens_q, launchers[1] if launchers else None)
     return compiled

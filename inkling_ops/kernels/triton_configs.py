@@ -152,6 +152,24 @@ def fwd_config(
     return FwdConfig(block_m=max(64, g_pad), block_n=32, num_warps=4, num_stages=2)
 
 
+#: A split-KV launch of at most this many splits merges its partial results inside the forward
+#: kernel: the last split program of each row block to finish reads every split's partial and
+#: writes ``out`` (``MERGE_SPLITS``), so the call is one launch. With more splits that one program
+#: would read too much alone, and the separate combine kernel, wide over rows, heads and slices of
+#: the head dimension, merges them (meta/TUNING.md, "The merge in the forward kernel").
+MERGE_MAX_SPLITS = 16
+
+
+def merges_splits(num_splits: int) -> bool:
+    """Whether a launch of ``num_splits`` splits merges them in the forward kernel (no combine
+    launch): more than one split, at most :data:`MERGE_MAX_SPLITS`, a power of two (the merge
+    loads every split's log-sum-exp in one power-of-two-wide block).
+
+    Equivalent Python: ``1 < num_splits <= MERGE_MAX_SPLITS and num_splits & (num_splits - 1) == 0``.
+    """
+    return 1 < num_splits <= MERGE_MAX_SPLITS and num_splits & (num_splits - 1) == 0
+
+
 class FwdConstexprs(NamedTuple):
     """The forward kernel's compile-time constants, named and ordered as in its signature
     (``rel_attn_fwd_kernel``'s ``tl.constexpr`` parameters); see :func:`fwd_constexprs`."""
@@ -164,7 +182,7 @@ class FwdConstexprs(NamedTuple):
     REL_EXTENT: int  # E: the bias covers distances 0 <= d < E
     WINDOW_LEFT: int  # -1: no window
     NUM_SPLITS: int
-    SPLIT_KV: bool  # NUM_SPLITS > 1: partial results into the workspace for the combine
+    SPLIT_KV: bool  # NUM_SPLITS > 1: partial results into the workspace, then merged
     BLOCK_M: int  # rows per program (at least G_PAD)
     BLOCK_N: int  # keys per tile
     DOT_PRECISION: str  # "ieee" for fp32 inputs, else "tf32" (unused by 16-bit dots)
@@ -180,6 +198,7 @@ class FwdConstexprs(NamedTuple):
     KV_PREFETCH: bool
     SINGLE_MASKED_LOOP: bool
     KV_EVICT_FIRST: bool
+    MERGE_SPLITS: bool  # split-KV merged by the kernel's last split of each row block (merges_splits)
 
 
 def slot_shift(slot_stride: int) -> int:
@@ -257,4 +276,5 @@ def fwd_constexprs(
         KV_ROW_I32=kv_row_i32, KV_SLOT_SHIFT=slot_shift(kv_slot_stride) if kv_row_i32 else -1,
         SPLIT_STRIDED=config.split_strided and split, KV_PREFETCH=config.kv_prefetch,
         SINGLE_MASKED_LOOP=config.single_masked_loop, KV_EVICT_FIRST=config.kv_evict_first,
+        MERGE_SPLITS=merges_splits(num_splits),
     )  # fmt: skip

@@ -12,8 +12,10 @@ One kernel serves prefill/extend and split-KV decode (``SPLIT_KV``):
 - Online softmax in base 2: ``s = qk * (softmax_scale * log2 e)`` in plain tiles and
   ``s = fma(bias, log2 e, qk * (softmax_scale * log2 e))`` in band tiles.
 - With ``SPLIT_KV`` the tiles of a program are shared among ``num_splits`` programs; each writes
-  its normalized partial output and base-2 log-sum-exp to a workspace that
-  :mod:`inkling_ops.kernels.triton_combine` reduces.
+  its normalized partial output and base-2 log-sum-exp to a workspace. With ``MERGE_SPLITS`` the
+  last split program of each row block to finish merges them into ``out`` itself (an arrival
+  count per row block, :func:`_merge_splits`); otherwise :mod:`inkling_ops.kernels.triton_combine`
+  reduces them in a second launch.
 
 Metadata is clamped as :mod:`inkling_ops.metadata` describes, so no access leaves its tensor
 whatever cu_seqlens_q, cache_seqlens and block_table hold. Nothing here syncs with the host.
@@ -332,9 +334,54 @@ def _tile_loop(acc, m_i, l_i, rows, offs, kv, rel, t_lo, t_hi, lo_tile, t_phase,
     return acc, m_i, l_i
 
 
+@triton.jit
+def _merge_splits(
+    part_out_ptr, part_lse_ptr, out_ptr, arrivals, row_off, out_off, row_valid, offs_d, stride_ps,
+    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+):  # fmt: skip
+    """After this program stored its split's partial rows: count its arrival, and if it is the
+    last of the ``NUM_SPLITS`` programs of these rows, merge every split's partial into ``out``
+    and set the count back to zero for the next launch.
+
+    ``row_off`` (BLOCK_M,): each row's offset in part_lse (S, T, Hq) without the split term (the
+    partial outputs are HEAD_DIM times it); ``out_off`` (BLOCK_M,): each row's offset in out.
+
+    The merged row is ``sum_s 2^(L_s - M) O_s / sum_s 2^(L_s - M)`` with ``M = max_s L_s``; a row
+    no split saw is 0 (the combine kernel's formula). Ordering: every thread's stores precede the
+    barrier; the count is one acq_rel atomic at GPU scope (Triton issues a scalar atomic from one
+    thread and hands its result to the others through shared memory, after a barrier), so the last
+    program's reads, which bypass L1 (``.cg``), see every split's stores.
+
+    Equivalent PyTorch: ``w = softmax(part_lse * ln 2, dim=0); out[rows] = (w[..., None] * part_out).sum(0)[rows]``.
+    """
+    tl.debug_barrier()
+    ticket = tl.atomic_add(arrivals, 1, sem="acq_rel", scope="gpu")
+    if ticket == NUM_SPLITS - 1:
+        tl.store(arrivals, 0)
+        offs_s = tl.arange(0, NUM_SPLITS)  # NUM_SPLITS is a power of two with MERGE_SPLITS
+        lse_all = tl.load(
+            part_lse_ptr + offs_s[:, None] * stride_ps + row_off[None, :], mask=row_valid[None, :],
+            other=float("-inf"), cache_modifier=".cg",
+        )  # fmt: skip
+        lse_max = tl.max(lse_all, 0)
+        base = tl.where(lse_max == float("-inf"), 0.0, lse_max)
+        total = tl.sum(tl.exp2(lse_all - base[None, :]), 0)
+        acc = tl.zeros([row_off.shape[0], HEAD_DIM], dtype=tl.float32)
+        for s in tl.static_range(NUM_SPLITS):  # unrolled: the loads do not wait on each other
+            p_row = s * stride_ps + row_off
+            w = tl.exp2(tl.load(part_lse_ptr + p_row, mask=row_valid, other=float("-inf"), cache_modifier=".cg") - base)
+            o = tl.load(
+                part_out_ptr + p_row[:, None] * HEAD_DIM + offs_d[None, :], mask=row_valid[:, None], other=0.0,
+                cache_modifier=".cg",
+            )  # fmt: skip
+            acc += w[:, None] * o
+        res = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+        tl.store(out_ptr + out_off[:, None] + offs_d[None, :], res.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
+
+
 @triton.jit(do_not_specialize=["num_tokens", "num_blocks"])
 def rel_attn_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, rel_ptr, bt_ptr, seqlens_ptr, cu_ptr, out_ptr, part_out_ptr, part_lse_ptr,
+    q_ptr, k_ptr, v_ptr, rel_ptr, bt_ptr, seqlens_ptr, cu_ptr, out_ptr, part_out_ptr, part_lse_ptr, arrivals_ptr,
     qk_scale, num_tokens, num_blocks, max_blocks_per_seq,
     stride_qt, stride_qh,
     stride_kb, stride_kp, stride_kh,
@@ -350,13 +397,14 @@ def rel_attn_fwd_kernel(
     PASS: tl.constexpr, P1_BLOCK_Q: tl.constexpr, P1_BLOCK_N: tl.constexpr, BIAS_AHEAD: tl.constexpr,
     ASM_GATHER: tl.constexpr, KV_SAME_STRIDES: tl.constexpr, KV_ROW_I32: tl.constexpr, KV_SLOT_SHIFT: tl.constexpr,
     SPLIT_STRIDED: tl.constexpr, KV_PREFETCH: tl.constexpr, SINGLE_MASKED_LOOP: tl.constexpr,
-    KV_EVICT_FIRST: tl.constexpr,
+    KV_EVICT_FIRST: tl.constexpr, MERGE_SPLITS: tl.constexpr,
 ):  # fmt: skip
     """Grid: (row blocks of the longest request, num_splits, num_reqs * NUM_KV_HEADS).
 
     Shapes: q, out (T, Hq, D); k, v (num_blocks, PAGE, Hkv, D) (any strides, last dim contiguous);
     rel (T, Hq, REL_EXTENT); bt (num_reqs, max_blocks_per_seq); part_out (NUM_SPLITS, T, Hq, D) and
-    part_lse (NUM_SPLITS, T, Hq) fp32, used only with SPLIT_KV.
+    part_lse (NUM_SPLITS, T, Hq) fp32, used only with SPLIT_KV; arrivals (row blocks x num_reqs *
+    NUM_KV_HEADS) int32, zero before the launch and left zero after it, used only with MERGE_SPLITS.
 
     PASS 0 runs every tile. Prefill can instead run two launches with their own tile shapes:
     PASS 1 runs only the plain tiles and leaves each row's normalized partial output in ``out``
@@ -365,7 +413,8 @@ def rel_attn_fwd_kernel(
     other tile: the window edge, the bias band and the diagonal.
 
     BIAS_AHEAD, ASM_GATHER, SPLIT_STRIDED, KV_PREFETCH, SINGLE_MASKED_LOOP and KV_EVICT_FIRST are
-    the ``FwdConfig`` fields of the same names; ``triton_configs.fwd_constexprs`` gives every
+    the ``FwdConfig`` fields of the same names; MERGE_SPLITS (split-KV, a power-of-two NUM_SPLITS)
+    has the last split of each row block merge the partials into ``out`` (:func:`_merge_splits`); ``triton_configs.fwd_constexprs`` gives every
     constexpr of a launch.
     """
     BLOCK_Q: tl.constexpr = BLOCK_M // G_PAD
@@ -493,6 +542,13 @@ def rel_attn_fwd_kernel(
         p_off = pid_split * stride_ps + t_row * stride_pt + head.to(tl.int64) * stride_ph
         tl.store(part_lse_ptr + p_off, lse, mask=row_valid)
         tl.store(part_out_ptr + p_off[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_valid[:, None])
+        if MERGE_SPLITS:
+            # one arrival count per row block; the program ids, not the metadata, index it
+            arrivals = arrivals_ptr + pid_bh * tl.num_programs(0) + tl.program_id(0)
+            _merge_splits(
+                part_out_ptr, part_lse_ptr, out_ptr, arrivals, t_row * stride_pt + head.to(tl.int64) * stride_ph,
+                t_row * stride_ot + head.to(tl.int64) * stride_oh, row_valid, offs_d, stride_ps, HEAD_DIM, NUM_SPLITS,
+            )  # fmt: skip
     else:
         if PASS == 1:
             tl.store(part_lse_ptr + t_row * stride_pt + head.to(tl.int64) * stride_ph, lse, mask=row_valid)
@@ -529,6 +585,7 @@ def fwd_spec(
         q_ptr=act, k_ptr=kv, v_ptr=kv, rel_ptr=act, bt_ptr="*i32", seqlens_ptr="*i32", cu_ptr="*i32", out_ptr=act,
         part_out_ptr="*fp32" if split else act,  # unsplit launches pass ``out`` there (unused)
         part_lse_ptr="*fp32" if split or constexprs.PASS else act,
+        arrivals_ptr="*i32",  # unused without MERGE_SPLITS (any pointer is passed)
     )  # fmt: skip
     return make_spec(
         rel_attn_fwd_kernel, constexprs._asdict(), pointers=pointers, aligned=aligned, hinted=FWD_HINTED,
@@ -578,6 +635,7 @@ def launch_rel_attn_fwd(
     config: FwdConfig,
     part_out: torch.Tensor | None = None,
     part_lse: torch.Tensor | None = None,
+    arrivals: torch.Tensor | None = None,
     fwd_pass: int = 0,
     pass1_config: FwdConfig | None = None,
     launcher: Launcher | None = None,
@@ -592,7 +650,9 @@ def launch_rel_attn_fwd(
     interpreter, ``rel_attn_fwd_kernel[grid]``.
 
     - ``fwd_pass=0``: every tile. With ``num_splits > 1`` it writes ``part_out`` (S, T, Hq, D) and
-      ``part_lse`` (S, T, Hq) (fp32, caller-allocated) instead of ``out``.
+      ``part_lse`` (S, T, Hq) (fp32, caller-allocated); when the launch merges its splits
+      (``triton_configs.merges_splits``) it also writes ``out``, counting arrivals in
+      ``arrivals`` (int32, at least ``grid[0] * grid[2]`` of them, zero, and left zero).
     - ``fwd_pass=1``: plain tiles only; partial outputs into ``out``, log-sum-exps into
       ``part_lse`` (T, Hq) fp32.
     - ``fwd_pass=2``: the remaining tiles, resuming from pass 1, which ran with ``pass1_config``.
@@ -620,6 +680,8 @@ def launch_rel_attn_fwd(
         )  # fmt: skip
     if num_splits > 1:
         p_out, p_lse = part_out, part_lse
+        if constexprs.MERGE_SPLITS and arrivals is None:
+            raise ValueError(f"a launch of {num_splits} splits merges them in the kernel; arrivals (zeroed int32) is required")
     elif fwd_pass in (1, 2):
         p_out, p_lse = out, part_lse  # p_out unused
     else:
@@ -627,6 +689,7 @@ def launch_rel_attn_fwd(
     grid = fwd_grid(constexprs, max_seqlen_q=max_seqlen_q, num_splits=num_splits, num_reqs=cache_seqlens.shape[0])
     kernel_args = (
         q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out, p_out, p_lse,
+        arrivals if arrivals is not None else cu_seqlens_q,  # an int32 stand-in where unused
         *fwd_args_tail(args, out, softmax_scale=softmax_scale, partial_strides=partial_strides(
             num_splits, fwd_pass, q.shape[0], num_heads), constexprs=constexprs, strides=(k_strides, v_strides, r_strides)),
     )  # fmt: skip
@@ -636,7 +699,7 @@ def launch_rel_attn_fwd(
     if launcher is None:
         bits = q.data_ptr() | key_cache.data_ptr() | value_cache.data_ptr() | rel_logits.data_ptr()
         bits |= block_table.data_ptr() | cache_seqlens.data_ptr() | cu_seqlens_q.data_ptr() | out.data_ptr()
-        bits |= p_out.data_ptr() | p_lse.data_ptr()
+        bits |= p_out.data_ptr() | p_lse.data_ptr()  # (arrivals: int32, read one at a time)
         bits |= q.stride(0) | q.stride(1) | out.stride(0) | out.stride(1)
         bits |= k_strides[0] | k_strides[1] | k_strides[2] | v_strides[0] | v_strides[1] | v_strides[2]
         spec = fwd_spec(
@@ -668,7 +731,7 @@ def partial_strides(num_splits: int, fwd_pass: int, num_tokens: int, num_heads: 
 def fwd_args_tail(
     args, out: torch.Tensor, *, softmax_scale: float, partial_strides: tuple, constexprs: FwdConstexprs, strides=None
 ) -> tuple:
-    """The forward kernel's arguments after its ten pointers (``q`` ... ``part_lse_ptr``), in
+    """The forward kernel's arguments after its eleven pointers (``q`` ... ``arrivals_ptr``), in
     signature order: the scalars, the strides, then the compile-time constants. They depend only
     on the call's shapes and strides, so a caller that launches the same call again may keep them.
     ``strides``: ``(key_cache.stride(), value_cache.stride(), rel_logits.stride())`` if known."""

@@ -20,8 +20,10 @@ the host back), all on one tiny decode in one process:
    and the public API ``inkling_ops.rel_attn(..., out=)`` (``api_out_us``: outside tracing it
    calls the op's implementation without the dispatcher);
 5. ``rel_attn_out`` and the API with ``num_splits=1`` (one kernel launch, no workspace:
-   ``*_one_launch_us``) and ``num_splits=4`` (a split-KV decode: a workspace, the forward and
-   the combine: ``*_split_us``); ``default_num_splits`` is what the heuristic chose for the
+   ``*_one_launch_us``) and ``num_splits=4`` (a split-KV decode: a workspace and the forward,
+   which merges the splits itself; before 2026-12-04 also the combine: ``*_split_us``) and
+   ``num_splits=32`` (more than the forward merges: the forward and the combine,
+   ``*_split_combined_us``); ``default_num_splits`` is what the heuristic chose for the
    default rows;
 6. ``F.scaled_dot_product_attention`` on the same decode (dense K/V, no bias), for scale.
 
@@ -42,12 +44,12 @@ cancels most of a shared machine's drift.
 
 ``--split-breakdown`` measures instead (and records with ``"probe": "split_breakdown"``) where
 the split-KV decode's host time goes, in rotated rounds as ``--dispatcher-rows`` does: the API and
-``rel_attn_out`` with ``num_splits`` 1 and 4, SDPA, and the pieces of the split call's prepared
-launch (``PreparedTritonCall``): the whole of it (its workspace kept per stream), the same with
-the workspace allocated per call through torch (the kept size cap set to 0 around each call), its
-workspace allocation alone
-(``torch.empty``), the current-stream query alone, each of its two launches alone and both with a
-workspace allocated once beforehand (what reusing a workspace would cost).
+``rel_attn_out`` with ``num_splits`` 1 and 4 (the forward merges 4 splits itself: one launch),
+``rel_attn_out`` with 32 (the forward and the combine), SDPA, and the pieces of the 4-split call's
+prepared launch (``PreparedTritonCall``): the whole of it (its workspace and arrival counts kept
+per stream), the same with both allocated per call through torch (the kept size cap set to 0
+around each call), its workspace allocation alone (``torch.empty``), the current-stream query
+alone, the forward launch alone and the call's launches with a workspace allocated once beforehand.
 
 ``--backend NAME`` (e.g. ``cute``) passes ``backend=NAME`` to every call of 2-5 instead of the
 dispatcher's default choice, and records ``requested_backend``; the vLLM entry point takes no
@@ -275,6 +277,8 @@ def split_breakdown(device: str, calls: int = 2000, rounds: int = 15) -> dict:
         "api_split": lambda: inkling_ops.rel_attn(q, kc, vc, **api_kwargs, num_splits=4),
         "rel_attn_out_one_launch": lambda: op(*args, **dict(options, num_splits=1)),
         "rel_attn_out_split": lambda: op(*args, **dict(options, num_splits=4)),
+        # more splits than the forward merges (triton_configs.MERGE_MAX_SPLITS): the combine launch too
+        "rel_attn_out_split_combined": lambda: op(*args, **dict(options, num_splits=32)),
     }
     results = {}
     with torch.inference_mode():
@@ -288,17 +292,17 @@ def split_breakdown(device: str, calls: int = 2000, rounds: int = 15) -> dict:
             numel, dev = prepared.workspace_numel, q.device
             workspace = torch.empty(numel, dtype=torch.float32, device=dev)
             base = workspace.data_ptr()
-            full = pointers + (base, base + 4 * prepared.lse_offset)
-            (fwd, pick_fwd), (combine, pick_combine) = prepared._steps
+            counts = torch.zeros(max(1, prepared.arrivals_numel), dtype=torch.int32, device=dev)
+            full = pointers + (base, base + 4 * prepared.lse_offset, counts.data_ptr())
+            launches = [(launch, pick(full)) for launch, pick in prepared._steps]  # one (merged) or two (and the combine)
             stream_of = triton_backend._current_stream
             index = prepared.device
-            fwd_ptrs, combine_ptrs = pick_fwd(full), pick_combine(full)
 
-            def both_prealloc():
+            def launches_prealloc():
                 torch.cuda.is_current_stream_capturing()
                 stream = stream_of(index)
-                fwd(stream, fwd_ptrs)
-                combine(stream, combine_ptrs)
+                for launch, ptrs in launches:
+                    launch(stream, ptrs)
 
             from inkling_ops import workspace as workspace_module
 
@@ -314,11 +318,10 @@ def split_breakdown(device: str, calls: int = 2000, rounds: int = 15) -> dict:
                 "workspace_empty": lambda: torch.empty(numel, dtype=torch.float32, device=dev),
                 "current_stream": lambda: stream_of(index),
                 "is_current_stream_capturing": torch.cuda.is_current_stream_capturing,
-                "fwd_launch_alone": lambda: fwd(stream_of(index), fwd_ptrs),
-                "combine_launch_alone": lambda: combine(stream_of(index), combine_ptrs),
-                "both_launches_workspace_reused": both_prealloc,
+                "fwd_launch_alone": lambda: launches[0][0](stream_of(index), launches[0][1]),
+                "launches_workspace_reused": launches_prealloc,
             })  # fmt: skip
-            results["workspace_bytes"] = 4 * numel
+            results["workspace_bytes"], results["split_launches"] = 4 * numel, len(launches)
         light = {"workspace_empty", "current_stream", "is_current_stream_capturing"}
         heavy = max(1, calls * 3 // 20)
         samples = _rotated_samples(rows, calls_of=lambda name: calls if name in light else heavy, rounds=rounds, device=device)
@@ -368,7 +371,7 @@ def measure(device: str, calls: int = 2000, backend: str | None = None) -> dict:
         results["api_out_us"] = _per_call_us(
             lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs), calls=heavy, device=device
         )
-        for label, splits in (("one_launch", 1), ("split", 4)):
+        for label, splits in (("one_launch", 1), ("split", 4), ("split_combined", 32)):
             if splits > 1 and backend_name == "cute":  # it never splits: no such call
                 continue
             forced = dict(options, num_splits=splits)
