@@ -86,8 +86,8 @@ def test_combine_blocks():
 def test_merges_splits_rule():
     from inkling_ops.kernels.triton_configs import MERGE_MAX_SPLITS, merges_splits
 
-    assert [s for s in range(1, 70) if merges_splits(s)] == [2, 4, 8, 16] and MERGE_MAX_SPLITS == 16
-    assert not merges_splits(32) and not merges_splits(3)
+    assert [s for s in range(1, 70) if merges_splits(s)] == [2, 4] and MERGE_MAX_SPLITS == 4
+    assert not merges_splits(8) and not merges_splits(3)
 
 
 def _merge_launch(case, num_splits: int, arrivals):

@@ -154,10 +154,11 @@ def fwd_config(
 
 #: A split-KV launch of at most this many splits merges its partial results inside the forward
 #: kernel: the last split program of each row block to finish reads every split's partial and
-#: writes ``out`` (``MERGE_SPLITS``), so the call is one launch. With more splits that one program
-#: would read too much alone, and the separate combine kernel, wide over rows, heads and slices of
-#: the head dimension, merges them (meta/TUNING.md, "The merge in the forward kernel").
-MERGE_MAX_SPLITS = 16
+#: writes ``out`` (``MERGE_SPLITS``), so the call is one launch (one fewer launch's host time in
+#: eager calls). With more splits that one program reads too much alone, and the combine kernel,
+#: wide over rows, heads and slices of the head dimension, is faster on the graph clock
+#: (meta/TUNING.md, "The merge in the forward kernel").
+MERGE_MAX_SPLITS = 4
 
 
 def merges_splits(num_splits: int) -> bool:
