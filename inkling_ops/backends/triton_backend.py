@@ -330,12 +330,17 @@ class PreparedTritonCall:
             for launch, pick in self._steps:
                 launch(stream, pick(pointers))
             return
-        # kept per stream between eager calls; under CUDA-graph capture, from the graph's pool
-        base = fp32_workspace(self.workspace_numel, args.q.device, stream).data_ptr()
-        counts = arrival_counts(self.arrivals_numel, args.q.device, stream).data_ptr() if self.arrivals_numel else 0
-        pointers = pointers + (base, base + 4 * self.lse_offset, counts)
+        # kept per stream between eager calls; under CUDA-graph capture, from the graph's pool. Both
+        # tensors stay referenced until the launches are queued: a buffer allocated for this call
+        # alone and dropped earlier could be handed to the other one (the counts would then be
+        # the partials' memory).
+        workspace = fp32_workspace(self.workspace_numel, args.q.device, stream)
+        counts = arrival_counts(self.arrivals_numel, args.q.device, stream) if self.arrivals_numel else None
+        base = workspace.data_ptr()
+        pointers = pointers + (base, base + 4 * self.lse_offset, counts.data_ptr() if counts is not None else 0)
         for launch, pick in self._steps:
             launch(stream, pick(pointers))
+        del workspace, counts  # only now (stream order keeps a freed buffer from later work)
 
 
 def _row_blocks(config, q_per_kv: int, max_seqlen_q: int) -> int:
