@@ -414,8 +414,8 @@ def rel_attn_fwd_kernel(
 
     BIAS_AHEAD, ASM_GATHER, SPLIT_STRIDED, KV_PREFETCH, SINGLE_MASKED_LOOP and KV_EVICT_FIRST are
     the ``FwdConfig`` fields of the same names; MERGE_SPLITS (split-KV, a power-of-two NUM_SPLITS)
-    has the last split of each row block merge the partials into ``out`` (:func:`_merge_splits`); ``triton_configs.fwd_constexprs`` gives every
-    constexpr of a launch.
+    has the last split of each row block merge the partials into ``out`` (:func:`_merge_splits`).
+    ``triton_configs.fwd_constexprs`` gives every constexpr of a launch.
     """
     BLOCK_Q: tl.constexpr = BLOCK_M // G_PAD
     if SPLIT_STRIDED:
