@@ -255,14 +255,20 @@ def test_cute_compile_bias_bulk(tmp_path):
 
 
 def _ptxas_spills(ptx: str, tmp_path) -> list[tuple[str, str]] | None:
-    """ptxas's (spill store bytes, spill load bytes) per function of ``ptx``; None without ptxas."""
+    """ptxas's (spill store bytes, spill load bytes) per function of ``ptx``; None without ptxas, or
+    with a ptxas older than the PTX's version (the H200 image's ptxas exited 255 on the DSL's PTX
+    at 52b85a0, ``meta/logs/gpu_cute_52b85a0.log``; an older ptxas refuses a newer ``.version``
+    that way). Any other ptxas error fails the test."""
     if shutil.which("ptxas") is None:
         return None
     (tmp_path / "kernel.ptx").write_text(ptx)
     result = subprocess.run(
         ["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "kernel.ptx"), "-o", str(tmp_path / "kernel.cubin")],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True,
     )  # fmt: skip
+    if result.returncode and "Unsupported .version" in result.stderr:
+        return None
+    assert result.returncode == 0, result.stderr[-2000:]
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.stderr)
     assert spills, result.stderr
     return spills
