@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # H200 visit for the plan's compact grid (cute_backend.compact_grid; TUNING "compact_grid").
-#   . /tmp/site/env.sh && PART=check|bench bash meta/tools/cute_compact_visit.sh SHA
+#   . /tmp/site/env.sh && PART=check|bench|regs bash meta/tools/cute_compact_visit.sh SHA
 # PART=check: the direct probe, the conformance suite on the CuTe backend (its sliding calls of
 # several requests take the compact grid) and compute-sanitizer (cute_sanitize.sh: its sliding
 # case of two requests does too), beside each other. PART=bench: cute_ws_bench on sliding cases
@@ -24,6 +24,16 @@ if [ "${PART:-check}" = check ]; then
   wait $san
   echo "== sanitize"; grep -E "ok |exit status|SUMMARY|cute_sanitize:" "$out/cute_sanitize_compact-$sha.log"
   gzip -f "$out/cute_racecheck_compact-$sha.log"
+elif [ "${PART}" = regs ]; then
+  # the producer at setmaxnreg 40 (TUNING "compact_grid", c048968): probes, then the dense and
+  # compact grids at 32 and 40 producer registers on global and sliding cases, in two orders
+  for v in producer40 compact_producer40; do timeout 60 python3 meta/tools/cute_ws_bench.py --probe $v 2>&1 | tail -1; done
+  cases=${CASES:-chunk2k_on16k_x4_page16,serving_chunk2k_decodes63_global_page16,prefill8k_global_page128,serving_chunk2k_decodes63_sliding_page16}
+  for order in dense,compact,producer40,compact_producer40 compact_producer40,producer40,compact,dense; do
+    echo "== $order"
+    timeout 200 python3 meta/tools/cute_ws_bench.py --out "$out" --variants $order --cases $cases > "$out/regs_${order//,/_}_$sha.log" 2>&1
+    tail -6 "$out/regs_${order//,/_}_$sha.log"
+  done
 else
   cases=${CASES:-serving_chunk2k_decodes63_sliding_page16,chunk2k_on16k_x4_sliding_page128}
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -l 1 > "$out/smi_grid_$sha.csv" &

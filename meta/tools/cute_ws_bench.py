@@ -79,6 +79,10 @@ VARIANTS = {
     # block a real M tile, numbered across requests, or max_seqlen_q's M tiles x requests
     "compact": dict(compact_grid=True),
     "dense": dict(compact_grid=False),
+    # the producer warpgroup at setmaxnreg 40 (the build: 32; 40 x 128 + 232 x 256 fits): ncu at
+    # c048968 found the compact grid's producer short of registers (TUNING "compact_grid")
+    "producer40": dict(producer_regs=40),
+    "compact_producer40": dict(compact_grid=True, producer_regs=40),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
