@@ -47,12 +47,7 @@ def fp32_workspace(numel: int, device: torch.device, stream: int) -> torch.Tenso
     the current stream, whose handle is ``stream``; its contents are undefined.
 
     Equivalent PyTorch: ``torch.empty(numel, dtype=torch.float32, device=device)``."""
-    if 4 * numel > REUSE_MAX_BYTES or _capturing is None or _capturing():
-        return torch.empty(numel, dtype=torch.float32, device=device)
-    kept = _BUFFERS.get(stream)
-    if kept is None or kept[0].numel() < numel:
-        return _grow(numel, device, stream, kept)
-    return kept[0]
+    return _kept(numel, device, stream, _BUFFERS, torch.empty, torch.float32)
 
 
 def arrival_counts(numel: int, device: torch.device, stream: int) -> torch.Tensor:
@@ -61,23 +56,23 @@ def arrival_counts(numel: int, device: torch.device, stream: int) -> torch.Tenso
     counts in them sets each count back once it is done with it).
 
     Equivalent PyTorch: ``torch.zeros(numel, dtype=torch.int32, device=device)``."""
+    return _kept(numel, device, stream, _COUNTS, torch.zeros, torch.int32)
+
+
+def _kept(numel: int, device: torch.device, stream: int, buffers: dict, make, dtype: torch.dtype) -> torch.Tensor:
+    """``buffers``' kept tensor for ``stream`` if it holds ``numel`` elements, else a grown one;
+    ``make(numel, dtype=dtype, device=device)`` per call under capture or over the size cap."""
     if 4 * numel > REUSE_MAX_BYTES or _capturing is None or _capturing():
-        return torch.zeros(numel, dtype=torch.int32, device=device)
-    kept = _COUNTS.get(stream)
+        return make(numel, dtype=dtype, device=device)
+    kept = buffers.get(stream)
     if kept is None or kept[0].numel() < numel:
-        return _grow(numel, device, stream, kept, _COUNTS, torch.int32)
+        user = torch.cuda.current_stream(device) if device.type == "cuda" else None  # None: the unit tests' stand-in
+        buffer = _allocate_outside_pools(make, numel, device, dtype)
+        if kept is not None:
+            _drop(kept)
+        buffers[stream] = (buffer, user)
+        return buffer
     return kept[0]
-
-
-def _grow(numel: int, device: torch.device, stream: int, kept, buffers=_BUFFERS, dtype=torch.float32) -> torch.Tensor:
-    """A new kept buffer of ``numel`` elements for ``stream`` in ``buffers``, replacing ``kept``
-    (or None): fp32 and uninitialised, or int32 zeros."""
-    user = torch.cuda.current_stream(device) if device.type == "cuda" else None  # None: the unit tests' stand-in
-    buffer = _allocate_outside_pools(numel, device, dtype)
-    if kept is not None:
-        _drop(kept)
-    buffers[stream] = (buffer, user)
-    return buffer
 
 
 _ALLOCATOR = None  # concurrent.futures.ThreadPoolExecutor of one thread, made at the first growth
@@ -95,9 +90,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _allocate_outside_pools(numel: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """``torch.empty(numel)`` in fp32 (``torch.zeros`` in int32) on ``device``, allocated by a
-    thread of ours (the zeroing is done on that thread's stream, and waited for).
+def _allocate_outside_pools(make, numel: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``make(numel, dtype=dtype, device=device)`` (``torch.empty`` or ``torch.zeros``), run by a
+    thread of ours (zeroing is done on that thread's stream, and waited for).
 
     The calling thread's allocations may be routed to a private memory pool: torch.compile's
     CUDA-graph trees run their warm-up eagerly with every allocation of the thread going to the
@@ -109,17 +104,15 @@ def _allocate_outside_pools(numel: int, device: torch.device, dtype: torch.dtype
         from concurrent.futures import ThreadPoolExecutor
 
         _ALLOCATOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inkling_ops_workspace")
-    return _ALLOCATOR.submit(_allocate, numel, device, dtype).result()
+    return _ALLOCATOR.submit(_allocate, make, numel, device, dtype).result()
 
 
-def _allocate(numel: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    if dtype == torch.float32:
-        return torch.empty(numel, dtype=dtype, device=device)
-    zeros = torch.zeros(numel, dtype=dtype, device=device)
-    if device.type == "cuda":
-        # zeroed on this thread's (default) stream: done before the caller's stream uses it
+def _allocate(make, numel: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    buffer = make(numel, dtype=dtype, device=device)
+    if make is not torch.empty and device.type == "cuda":
+        # filled on this thread's (default) stream: done before the caller's stream uses it
         torch.cuda.current_stream(device).synchronize()
-    return zeros
+    return buffer
 
 
 def _drop(kept) -> None:

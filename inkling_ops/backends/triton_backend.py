@@ -340,7 +340,6 @@ class PreparedTritonCall:
         pointers = pointers + (base, base + 4 * self.lse_offset, counts.data_ptr() if counts is not None else 0)
         for launch, pick in self._steps:
             launch(stream, pick(pointers))
-        del workspace, counts  # only now (stream order keeps a freed buffer from later work)
 
 
 def _row_blocks(config, q_per_kv: int, max_seqlen_q: int) -> int:
