@@ -31,9 +31,10 @@ from inkling_ops.problem import RelAttnProblem  # noqa: E402
 HOPPER = DeviceFacts(arch="sm_90a", num_sms=132)
 
 
-def _problem(*, dtype=torch.bfloat16, heads=8, kv_heads=1, page=16, extent=1024, window=-1) -> RelAttnProblem:
+def _problem(*, dtype=torch.bfloat16, heads=8, kv_heads=1, page=16, extent=1024, window=-1, reqs=1) -> RelAttnProblem:
+    """A prefill-class call; of one request by default (the dense grid), ``reqs=2``: the compact one."""
     return RelAttnProblem(
-        num_tokens=4096, num_heads=heads, num_kv_heads=kv_heads, head_dim=128, rel_extent=extent, num_reqs=2,
+        num_tokens=4096, num_heads=heads, num_kv_heads=kv_heads, head_dim=128, rel_extent=extent, num_reqs=reqs,
         page_size=page, num_blocks=4096, max_blocks_per_seq=8192 // page, max_seqlen_q=4096,
         softmax_scale=1 / 128, window_left=window, causal=True, num_splits=0, dtype=dtype, kv_dtype=dtype,
         device_type="cuda",
@@ -50,13 +51,15 @@ def _compile_ptx(problem: RelAttnProblem) -> str:
     return compiled.ptx
 
 
-def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = None) -> None:
+def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = None, compact_grid: bool = False) -> None:
     """What every build of the kernel holds. ``bias_bulk``: whether the bias rows are bulk copies
-    (None: as in SCHEDULE)."""
-    from inkling_ops.kernels.cute_fwd_sm90 import SCHEDULE
+    (None: as in SCHEDULE); ``compact_grid``: the compact grid's build (its register split)."""
+    from inkling_ops.kernels import cute_fwd_sm90
 
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8, compact_grid=compact_grid)
+    built = cute_fwd_sm90.schedule(config)
     if bias_bulk is None:
-        bias_bulk = SCHEDULE.get("bias_bulk", False)
+        bias_bulk = built.get("bias_bulk", False)
     assert ".target sm_90a" in ptx
     # QK^T (k = head_dim / 16 = 8 instructions) and PV (k = tile_n / 16 = 8), m64n128k16
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) >= 16
@@ -72,8 +75,8 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = N
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
     # warp specialisation: the producer warpgroup gives registers to the two consumer warpgroups,
     # its copies arrive on mbarriers, the consumers wait on them and take turns (named barriers)
-    assert re.search(rf"setmaxnreg\.dec\.sync\.aligned\.u32\s+{SCHEDULE.get('producer_regs', 24)};", ptx)
-    assert re.search(rf"setmaxnreg\.inc\.sync\.aligned\.u32\s+{SCHEDULE.get('consumer_regs', 240)};", ptx)
+    assert re.search(rf"setmaxnreg\.dec\.sync\.aligned\.u32\s+{built.get('producer_regs', 24)};", ptx)
+    assert re.search(rf"setmaxnreg\.inc\.sync\.aligned\.u32\s+{built.get('consumer_regs', 240)};", ptx)
     assert "cp.async.mbarrier.arrive.noinc.shared" in ptx and "mbarrier.try_wait.parity" in ptx
     assert re.search(r"bar\.arrive\s+\S+, 256;", ptx) and re.search(r"bar\.sync\s+\S+, 256;", ptx)
     if bias:
@@ -105,18 +108,23 @@ def test_cute_compile_head_dim_64():
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
 
 
-def test_cute_compile_compact_grid():
-    """The compact grid (what the plan picks for a sliding call of several requests) compiles
-    through the backend's own path from its key without spills, reads ``cu_seqlens_q`` in its
-    scan (more global loads of it than the dense grid's build), and leaves the GEMMs as they are."""
-    serving = _problem(heads=8, kv_heads=2, page=16, extent=512, window=511)
+@pytest.mark.parametrize("window", [511, -1], ids=["sliding", "global"])
+def test_cute_compile_compact_grid(window):
+    """The compact grid (what the plan picks for a prefill-class call of several requests)
+    compiles through the backend's own path from its key without spills, at its own register
+    split (40 producer registers), reads ``cu_seqlens_q`` in its scan (more global loads of it than
+    the dense grid's build), and leaves the GEMMs as they are."""
+    serving = _problem(heads=8, kv_heads=2, page=16, extent=512, window=window, reqs=2)
     plan = planning.plan(serving, HOPPER, backend="cute")
     assert plan.key.compact_grid and plan.launch.compact_grid
     compact = cute_backend.compile_config(plan.launch, plan.key.arch, ptx=True).ptx
     dense = planning.plan(serving._replace(num_reqs=1), HOPPER, backend="cute")
     assert not dense.key.compact_grid
     build = cute_backend.compile_config(dense.launch, dense.key.arch, ptx=True).ptx
-    _check_hopper_ptx(compact)
+    _check_hopper_ptx(compact, compact_grid=True)
+    _check_hopper_ptx(build)
+    producer_regs = r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+);"
+    assert re.findall(producer_regs, compact) == ["40"] and re.findall(producer_regs, build) == ["32"]
     wgmma = r"wgmma\.mma_async"
     assert len(re.findall(wgmma, compact)) == len(re.findall(wgmma, build))
     loads = r"ld\.global[.a-z0-9]*\.b32"
@@ -124,15 +132,15 @@ def test_cute_compile_compact_grid():
 
 
 def test_cute_compact_grid_rule():
-    """The plan's grid rule (pure): the compact grid for a sliding-window prefill-class call of two
-    or more requests, the dense grid for a global layer, a single request or a decode batch; both
+    """The plan's grid rule (pure): the compact grid for a prefill-class call of two or more
+    requests on either kind of layer, the dense grid for a single request or a decode batch; both
     are compile-key fields, so each grid is its own compiled configuration and store entry."""
-    sliding = _problem(heads=8, kv_heads=2, extent=512, window=511)
+    sliding = _problem(heads=8, kv_heads=2, extent=512, window=511, reqs=2)
     rule = cute_backend.compact_grid
-    assert rule(sliding) and rule(sliding._replace(max_seqlen_q=17))
-    assert not rule(sliding._replace(num_reqs=1))
-    assert not rule(sliding._replace(max_seqlen_q=cute_backend.DECODE_MAX_SEQLEN_Q))
-    assert not rule(_problem(heads=8, kv_heads=2, extent=512))
+    for layer in (sliding, sliding._replace(window_left=-1)):
+        assert rule(layer) and rule(layer._replace(max_seqlen_q=17))
+        assert not rule(layer._replace(num_reqs=1))
+        assert not rule(layer._replace(max_seqlen_q=cute_backend.DECODE_MAX_SEQLEN_Q))
     compact, dense = (planning.plan(p, HOPPER, backend="cute") for p in (sliding, sliding._replace(num_reqs=1)))
     assert compact.key.compact_grid and not dense.key.compact_grid
     assert compact.launch != dense.launch and compact.launch == cute_backend.fwd_config(compact.key)
@@ -327,8 +335,8 @@ def test_cute_backend_refusals():
 def test_cute_keys_share_a_compiled_config():
     """Page size, window, extent and the max_seqlen_q bucket are runtime arguments: one configuration
     (of one grid: these calls are of one request, which never takes the compact grid)."""
-    a = planning.plan(_problem(window=511, extent=512)._replace(num_reqs=1), HOPPER, backend="cute")
-    b = planning.plan(_problem(window=255, extent=256)._replace(max_seqlen_q=7, num_reqs=1), HOPPER, backend="cute")
+    a = planning.plan(_problem(window=511, extent=512), HOPPER, backend="cute")
+    b = planning.plan(_problem(window=255, extent=256)._replace(max_seqlen_q=7), HOPPER, backend="cute")
     assert a.key != b.key and cute_backend.fwd_config(a.key) == cute_backend.fwd_config(b.key)
     c = planning.plan(_problem(page=128), HOPPER, backend="cute")
     assert c.key.page_size != a.key.page_size and cute_backend.fwd_config(c.key) == cute_backend.fwd_config(a.key)
@@ -337,7 +345,7 @@ def test_cute_keys_share_a_compiled_config():
 
 def test_cute_ws_bench_variants_are_kernel_options():
     """Every variant ``meta/tools/cute_ws_bench.py`` times (and every one its cases name) is a
-    valid set of :class:`RelAttnFwdSm90` options over SCHEDULE and :class:`CuteFwdConfig` fields
+    valid set of :class:`RelAttnFwdSm90` options over ``schedule(config)`` and :class:`CuteFwdConfig` fields
     (the bench's ``CONFIG_FIELDS``), so a deleted option cannot linger in the bench (no compile:
     the constructors check them)."""
     import importlib.util
@@ -354,7 +362,7 @@ def test_cute_ws_bench_variants_are_kernel_options():
         options = {k: v for k, v in options.items() if k not in bench.CONFIG_FIELDS}
         try:
             config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8, **fields)
-            cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, **options})
+            cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.schedule(config), **options})
         except TypeError as e:
             pytest.fail(f"cute_ws_bench variant {name!r} ({options}) is not a set of kernel options: {e}")
     named = {v for variants in bench.VARIANT_CASES.values() for v in variants}

@@ -83,23 +83,23 @@ def test_cute_enumeration_yields_only_keys_the_backend_accepts():
     backend = planning.get_backend("cute")
     for config in INKLING_TP8.values():
         keys = enumerate_compile_keys(config, facts=H200, backend="cute")
-        # it never splits, so decode keys have one split, and keys differ only in the q bucket and,
-        # on the sliding layer, the grid (compact for prefill-class calls of several requests)
+        # it never splits, so decode keys have one split, and keys differ only in the q bucket and
+        # the grid (compact for prefill-class calls of several requests, on both layers)
         assert {k.num_splits for k in keys} == {1} and {k.backend for k in keys} == {"cute"}
         dense = sorted(k.max_seqlen_q_bucket for k in keys if not k.compact_grid)
         compact = sorted(k.max_seqlen_q_bucket for k in keys if k.compact_grid)
         assert dense == [1 << i for i in range(10)]  # 1 ... 512
-        assert compact == ([1 << i for i in range(5, 10)] if config.window_left >= 0 else [])  # 32 ... 512
+        assert compact == [1 << i for i in range(5, 10)]  # 32 ... 512
         # the q bucket is a runtime value: one kernel configuration a grid
-        assert len({cute_backend.fwd_config(k) for k in keys}) == (2 if compact else 1)
+        assert len({cute_backend.fwd_config(k) for k in keys}) == 2
     refused = dataclasses.replace(INKLING_TP8["global"], head_dim=256)  # outside the kernel's scope
     assert enumerate_compile_keys(refused, facts=H200, backend="cute") == set()
     assert "head_dim 256" in backend.why_not(problem_for(refused, num_tokens=1, num_reqs=1, max_seqlen_q=1), H200)
     assert enumerate_compile_keys(refused, facts=H200, backend="triton")  # Triton takes it
-    # head_dim 64: its own kernel configuration, one for the whole configuration as at 128
+    # head_dim 64: its own kernel configurations, one a grid as at 128
     small = dataclasses.replace(INKLING_TP8["global"], head_dim=64)
     configs = {cute_backend.fwd_config(k) for k in enumerate_compile_keys(small, facts=H200, backend="cute")}
-    assert [c.head_dim for c in configs] == [64]
+    assert sorted((c.head_dim, c.compact_grid) for c in configs) == [(64, False), (64, True)]
 
 
 #: ``python -m inkling_ops warmup`` of each configuration in one process (one import): the first
@@ -134,8 +134,8 @@ def test_cute_warmup_compiles_every_key_of_a_serving_configuration_and_a_new_pro
     assert store.directory.parent == tmp_path / "store" and store.directory.name.startswith("sm_90a-cute-")
     info = kernel_cache.info(tmp_path / "store")
     entries = len(set().union(*configs.values()))
-    # per kernel configuration, not per key: the global layer's, the sliding layer's two grids
-    assert sum(info.entries.values()) == entries == 3, str(info)
+    # per kernel configuration, not per key: each layer's two grids (the layers' GQA groups differ)
+    assert sum(info.entries.values()) == entries == 4, str(info)
     assert all(backend._by_key[k] is not None for k in backend._by_key) and len(backend._by_key) == total
 
     # A serving process with no GPU (and no CUDA at all) loads every key from the store.

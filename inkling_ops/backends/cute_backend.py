@@ -3,7 +3,7 @@
 Chosen by default only on the case classes of :data:`DEFAULT_CASES` (:func:`prefers_cute`, a
 pure rule written from the H200 measurements in meta/TUNING.md, "CuTe backend": prefill, global
 and sliding-window, at pages 16 and 128); elsewhere it runs only when asked for by name,
-``backend="cute"``. Sliding-window calls of several requests run on the kernel's compact grid
+``backend="cute"``. Prefill-class calls of several requests run on the kernel's compact grid
 (:func:`compact_grid`, a field of the compile key).
 It never splits the KV range.
 
@@ -87,17 +87,17 @@ def _kernel_module():
 
 def compact_grid(problem: RelAttnProblem) -> bool:
     """Whether a call of ``problem`` runs on the kernel's compact grid (``CuteFwdConfig.compact_grid``):
-    a sliding-window call of two or more requests in the prefill class (:data:`DECODE_MAX_SEQLEN_Q`).
-    Pure, and a function of the compile key's buckets (the window, ``bucket_pow2(num_reqs) >= 2``,
-    the max_seqlen_q bucket), so a serving configuration's enumeration reaches both grids.
+    a call of two or more requests in the prefill class (:data:`DECODE_MAX_SEQLEN_Q`), global or
+    sliding. Pure, and a function of what the compile key buckets (``num_reqs >= 2`` and the
+    max_seqlen_q bucket), so a serving configuration's enumeration reaches both grids.
 
     Why (meta/TUNING.md, "CuTe backend", "compact_grid"): on a serving batch (a prefill chunk and
-    decodes) the dense grid's blocks are mostly empty, and on a sliding layer, whose blocks each
-    walk at most ``window / tile_n + 2`` key tiles, those empty blocks are a third of the call;
-    the compact grid removes them. On global layers the compact grid measured slower (8% on the
-    same batch, 13% on 4 x 2K chunks on 16K), for a reason not yet found, so they keep the dense one.
+    decodes) the dense grid's blocks are mostly empty. The compact grid removes them: a third of
+    the call on a sliding layer, 8% on a global one. Where a batch has no empty blocks (several
+    equal chunks) it costs 0-3%. The compact grid's build gives its producer more registers
+    (``cute_fwd_sm90.schedule``); without them it was 8-13% slower on global layers.
     """
-    return problem.window_left >= 0 and problem.num_reqs >= 2 and problem.max_seqlen_q > DECODE_MAX_SEQLEN_Q
+    return problem.num_reqs >= 2 and problem.max_seqlen_q > DECODE_MAX_SEQLEN_Q
 
 
 def fwd_config(key: CompileKey):

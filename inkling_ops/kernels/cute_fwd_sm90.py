@@ -17,7 +17,8 @@ This paragraph is the kernel at :class:`RelAttnFwdSm90`'s keyword defaults. :dat
 what the backend builds, changes it with the options that class's docstring describes: at page
 128 whole K/V tiles by TMA and the bias buffer in per-warpgroup halves, each bias row staged by one
 bulk copy, a body without masks for band tiles that need none, masks that test the distance only,
-O out through shared memory, and a 32 / 232 register split.
+O out through shared memory, and a 32 / 232 register split (:func:`schedule`: 40 / 232 on
+the compact grid).
 
 Per CTA the key tiles that hold visible keys (causal, and ``d <= window`` for a sliding layer)
 are computed up front and walked from the diagonal downwards; nothing else is loaded. The key
@@ -82,6 +83,18 @@ SCHEDULE = dict(
     smem_epilogue=True, fence_gathered_only=True, bias_per_wg="tile_pages", producer_regs=32, consumer_regs=232,
     bias_bulk=True, kv_len_mask=False, lean_mask=True,
 )
+
+#: What the compact grid's build changes over :data:`SCHEDULE`: its producer warpgroup keeps the
+#: scan's results (the block's request and M tile), which no special register can give back, for
+#: the whole walk, and at 32 registers ptxas then issues each page-address shuffle right before
+#: its use. 40 x 128 + 232 x 256 registers still fit the file (meta/TUNING.md, "compact_grid").
+COMPACT_GRID_SCHEDULE = dict(producer_regs=40)
+
+
+def schedule(config: "CuteFwdConfig") -> dict:
+    """The schedule options the backend builds ``config`` with: :data:`SCHEDULE`, and over it
+    :data:`COMPACT_GRID_SCHEDULE` on the compact grid. Pure."""
+    return {**SCHEDULE, **COMPACT_GRID_SCHEDULE} if config.compact_grid else dict(SCHEDULE)
 
 
 @dataclass(frozen=True)
@@ -1157,8 +1170,8 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     Call signature of the result: ``(q, key_cache, value_cache, out, block_table, cache_seqlens,
     cu_seqlens_q, rel_logits, softmax_scale: float, window: int, max_seqlen_q: int)``; ``window``:
     keys at distance ``d <= window`` are visible (a huge value, e.g. ``2**30``, for no window).
-    ``variant``: keyword arguments of :class:`RelAttnFwdSm90` over :data:`SCHEDULE` (schedule
-    experiments; the backend uses :data:`SCHEDULE` as it is).
+    ``variant``: keyword arguments of :class:`RelAttnFwdSm90` over :func:`schedule` (schedule
+    experiments; the backend uses :func:`schedule` as it is).
     """
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
@@ -1179,10 +1192,10 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     cu = make_fake_tensor(Int32, (sym(),), (1,), assumed_align=4)
     rel = make_fake_tensor(dtype, (tokens, heads, sym(8)), (sym(8, True), sym(8), 1), assumed_align=16)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    kernel = RelAttnFwdSm90(config, **{**SCHEDULE, **variant})
+    kernel = RelAttnFwdSm90(config, **{**schedule(config), **variant})
     return cute.compile(
         kernel, q, k, v, o, table, seqlens, cu, rel, Float32(1.0), Int32(-1), Int32(1), stream, options=options
     )
 
 
-__all__ = ["CuteFwdConfig", "RelAttnFwdSm90", "compile_fwd", "LOG2_E", "Int64"]
+__all__ = ["CuteFwdConfig", "RelAttnFwdSm90", "compile_fwd", "schedule", "LOG2_E", "Int64"]

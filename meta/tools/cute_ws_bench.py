@@ -51,9 +51,9 @@ VARIANT_CASES = {
     "prefill32k_global_page128": ("allplain", "bias_nostage"),
 }  # fmt: skip
 
-#: each a change to cute_fwd_sm90.SCHEDULE (what the backend builds: "cute" in the table)
+#: each a change to cute_fwd_sm90.schedule(config) (what the backend builds: "cute" in the table)
 VARIANTS = {
-    # SCHEDULE itself, compiled and called as the variants are: the harness's control
+    # the build itself (schedule(config)), compiled and called as the variants are: the harness's control
     "default": {},
     # the schedule measured at 46a147e (RelAttnFwdSm90's keyword defaults)
     "old": dict(bias_per_wg=False, band_split=False, late_rescale=False, smem_epilogue=False, fence_gathered_only=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
@@ -79,10 +79,10 @@ VARIANTS = {
     # block a real M tile, numbered across requests, or max_seqlen_q's M tiles x requests
     "compact": dict(compact_grid=True),
     "dense": dict(compact_grid=False),
-    # the producer warpgroup at setmaxnreg 40 (the build: 32; 40 x 128 + 232 x 256 fits): ncu at
-    # c048968 found the compact grid's producer short of registers (TUNING "compact_grid")
-    "producer40": dict(producer_regs=40),
-    "compact_producer40": dict(compact_grid=True, producer_regs=40),
+    # the producer warpgroup's registers, which cute_fwd_sm90.schedule sets per grid (dense 32,
+    # compact 40 since c0df9b3's A/B; TUNING "compact_grid"): each grid at the other's figure
+    "dense_producer40": dict(compact_grid=False, producer_regs=40),
+    "compact_producer32": dict(compact_grid=True, producer_regs=32),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
@@ -95,7 +95,7 @@ VARIANTS = {
     "no_bias_per_wg": dict(bias_per_wg=False),
     "no_late": dict(late_rescale=False),
 }  # fmt: skip
-#: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over SCHEDULE)
+#: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
 CONFIG_FIELDS = {"compact_grid"}
 #: variants whose output is not the op's (not checked against the reference)
 UNCHECKED = {"allplain", "bias_nostage"}
