@@ -69,6 +69,12 @@ def test_select_latest_keeps_the_newest_record_per_case_page_peer():
     assert [r["git_sha"] for r in chosen if r["case"] == "decode_b1_128k"] == ["aaaaaaa"]
     # --git-sha picks that commit's records, by prefix, whatever is newer.
     assert {r["git_sha"] for r in plot_performance.select_latest(new + old, git_sha="aaaa")} == {"aaaaaaa"}
+    # several commits: the newest of theirs per (case, page, peer), a third commit's left out
+    third = _run(_NEW, "ccccccc", scale=5.0)
+    picked = plot_performance.select_latest([*old, extra, *third], git_sha="aaaa,ccc")
+    assert {(r["case"], r["git_sha"]) for r in picked if r["case"] == "decode_b1_128k"} == {("decode_b1_128k", "aaaaaaa")}
+    assert {r["git_sha"] for r in picked if r["case"] != "decode_b1_128k"} == {"ccccccc"}
+    assert not plot_performance.select_latest([*old, *third], git_sha="bbbb,dddd")
 
 
 def test_select_latest_breaks_timestamp_ties_by_file_order():

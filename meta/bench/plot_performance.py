@@ -113,14 +113,15 @@ def sha_matches(record_sha: str | None, wanted: str) -> bool:
 def select_latest(records: Sequence[dict], git_sha: str | None = None) -> list[dict]:
     """The newest record per (case, page_size, peer), by ``timestamp`` (the run's start); later in the file wins a tie.
 
-    With ``git_sha``, only records of that commit count. The host-overhead pseudo-case is left out.
+    With ``git_sha``, only records of that commit count (comma-separated: of any of those commits;
+    the newest still wins per case, page and peer). The host-overhead pseudo-case is left out.
     Whatever the newest record's status, it is the one kept (a peer that failed last shows as missing).
     """
     chosen: dict[tuple, tuple[str, int, dict]] = {}
     for index, record in enumerate(records):
         if record.get("case") == HOST_CASE:
             continue
-        if git_sha is not None and not sha_matches(record.get("git_sha"), git_sha):
+        if git_sha is not None and not any(sha_matches(record.get("git_sha"), sha) for sha in git_sha.split(",")):
             continue
         key = (record.get("case"), record.get("page_size"), record.get("peer"))
         rank = (str(record.get("timestamp") or ""), index)
@@ -302,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", default=str(DEFAULT_RECORDS), help="benchmark records, JSON lines (default meta/bench/bench_records.jsonl)")
     p.add_argument("--out-dir", default=str(DEFAULT_OUT_DIR), help="where the PNGs go (default docs/img)")
     p.add_argument("--anchor-png", default=ANCHOR_PNG, help=f"file name of the anchor-ratio figure (default {ANCHOR_PNG})")
-    p.add_argument("--git-sha", default=None, help="only records of this commit (prefix match); default: the newest record per case, page and peer")
+    p.add_argument("--git-sha", default=None, help="only records of this commit (prefix match; comma-separated: of any of these commits); default: the newest record per case, page and peer")
     return p
 
 
