@@ -128,6 +128,9 @@ def test_forward_merges_its_splits_and_leaves_the_counts_zero(case_id):
     assert not torch.allclose(early[:n], ref[:n], atol=2e-5, rtol=2e-5)
     with pytest.raises(ValueError, match="arrivals"):
         _merge_launch(case, 4, None)
+    # fewer counts than the grid's row blocks (two or more requests here) would be indexed out of bounds
+    with pytest.raises(ValueError, match="arrivals holds 1 counts"):
+        _merge_launch(case, 4, torch.zeros(1, dtype=torch.int32))
 
 
 TWO_PASS_CONFIGS = [  # (band config, plain config); band entry 5 sets bias_ahead

@@ -687,6 +687,11 @@ def launch_rel_attn_fwd(
     else:
         p_out = p_lse = out  # unused
     grid = fwd_grid(constexprs, max_seqlen_q=max_seqlen_q, num_splits=num_splits, num_reqs=cache_seqlens.shape[0])
+    if constexprs.MERGE_SPLITS and num_splits > 1 and arrivals.numel() < grid[0] * grid[2]:
+        # the kernel indexes the counts by its program ids: fewer would be written out of bounds
+        raise ValueError(
+            f"arrivals holds {arrivals.numel()} counts; a launch of grid {grid} needs at least {grid[0] * grid[2]}"
+        )
     kernel_args = (
         q, key_cache, value_cache, rel_logits, block_table, cache_seqlens, cu_seqlens_q, out, p_out, p_lse,
         arrivals if arrivals is not None else cu_seqlens_q,  # an int32 stand-in where unused
