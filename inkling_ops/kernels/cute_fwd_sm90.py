@@ -276,6 +276,12 @@ class RelAttnFwdSm90:
       zeros the CTA writes once at its start (one extra buffer row), instead of the bias buffer it
       does not wait for.
 
+    - ``bias_early`` (with ``band_split``): an unmasked band tile's bias is read from shared
+      memory into registers while its QK GEMM runs (after this warpgroup has issued its GEMMs,
+      before it waits for S), and its buffer released then; the scores then take one multiply-add
+      each after the wait. ``"f32"`` holds the values converted, ``"bf16"`` as loaded (converted
+      after the wait). Off (``False``), the loads follow the wait.
+
     The grid (dense, or compact with ``config.compact_grid``) is a fact of the configuration, not
     a schedule option: the plan chooses it per call.
     """
@@ -284,7 +290,7 @@ class RelAttnFwdSm90:
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
                  bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
-                 lean_mask: bool = False,
+                 lean_mask: bool = False, bias_early: bool | str = False,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
@@ -311,6 +317,13 @@ class RelAttnFwdSm90:
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
+        if bias_early not in (False, "f32", "bf16", "f32_half"):
+            raise ValueError(f"bias_early is {bias_early!r}; expected False, 'f32', 'bf16' or 'f32_half'")
+        if bias_early and not band_split:
+            raise ValueError("bias_early needs band_split (it reads the unmasked band tiles' bias early)")
+        self.bias_early = bias_early
+        #: whether the consumers hold unmasked band tiles' bias in registers (bias_early)
+        self.early_regs = bool(bias_early) and not debug_all_plain
         if lean_mask and not bias_bulk:
             raise ValueError("lean_mask needs bias_bulk (its producer writes a row's zeros with its copy)")
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
@@ -849,6 +862,11 @@ class RelAttnFwdSm90:
         row_qabs = cute.make_rmem_tensor(num_rows, Int32)
         for i in cutlass.range_constexpr(num_rows):
             row_qabs[i] = offset + (m_block * tile_m + tScS_mn[i, 0][0]) // G
+        # bias_early: an unmasked band tile's bias, read while its QK GEMM runs
+        rB = None
+        if const_expr(self.early_regs):
+            rB_type = self.dtype if const_expr(self.bias_early == "bf16") else Float32
+            rB = cute.make_rmem_tensor((num_rows, self._early_cols(tScS_mn)), rB_type)
 
         if n_tiles > 0:
             if const_expr(self.pingpong):
@@ -881,10 +899,14 @@ class RelAttnFwdSm90:
                 self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
                 self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
                 self._sched_signal(wg_idx, True)
+                if const_expr(rB is not None):
+                    if self._unmasked_band(n, plain_lo, plain_hi, bias_lo, bias_hi):
+                        self._band_bias_to_regs(rB, row_qabs, tScS_mn, sB, pipe_b, it, n, b_half)
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
                 self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
+                             rB)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 if const_expr(not self.late_rescale):
@@ -1015,10 +1037,11 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, plain_lo,
-                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half, rB=None):  # fmt: skip
         """Scores of key tile ``n`` to probabilities, in place: plain tiles scale only; band tiles
         mask and add the staged bias (waiting for it when the tile stages any: ``bias_use`` is its
-        index among the walk's band tiles, ``num_band`` or more when it stages none)."""
+        index among the walk's band tiles, ``num_band`` or more when it stages none). With ``rB``
+        (``bias_early``), an unmasked band tile's bias is already in ``rB``."""
         tile_n = self.tile_n
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
@@ -1030,8 +1053,25 @@ class RelAttnFwdSm90:
             # natural units: S * softmax_scale + bias; the softmax's exp2 multiply-add applies log2(e)
             scale = scale_log2 * (1.0 / LOG2_E)
             if n >= bias_lo and n < bias_hi:
-                self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, False, False)  # fmt: skip
+                if const_expr(rB is not None):
+                    early = cute.size(rB, mode=[1])
+                    for i in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
+                        for j in cutlass.range_constexpr(early):
+                            acc_S_mn[i, j] = acc_S_mn[i, j] * scale + rB[i, j].to(Float32)
+                    if const_expr(early < cute.size(acc_S_mn, mode=[1])):
+                        # the other columns from the buffer, which the early reads kept
+                        b_state = self._bias_state(bias_use, b_half)
+                        n0 = n * tile_n
+                        for i in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
+                            qa = row_qabs[i]
+                            base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
+                            for j in cutlass.range_constexpr(early, cute.size(acc_S_mn, mode=[1])):
+                                bias = sB[tScS_mn[i, 0][0], base - tScS_mn[0, j][1]].to(Float32)
+                                acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
+                        self._release(pipe_b, b_state)
+                else:
+                    self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent,
+                                      window, kv_len, scale, b_half, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
                                   kv_len, scale, b_half, True, False)  # fmt: skip
@@ -1086,6 +1126,37 @@ class RelAttnFwdSm90:
                     acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
         if in_band:
             self._release(pipe_b, b_state)
+
+    @cute.jit
+    def _unmasked_band(self, n, plain_lo, plain_hi, bias_lo, bias_hi):
+        """Whether :meth:`_scores` takes key tile ``n`` as an unmasked band tile."""
+        return not (n >= plain_lo and n < plain_hi) and n >= bias_lo and n < bias_hi
+
+    @cute.jit
+    def _band_bias_to_regs(self, rB, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, b_half):
+        """``bias_early``: wait for unmasked band tile ``n``'s staged bias (use ``bias_use``), copy
+        this thread's scores' values into ``rB`` (rows, cols) and hand the buffer back."""
+        tile_n = self.tile_n
+        b_state = self._bias_state(bias_use, b_half)
+        pipe_b.consumer_wait(b_state)
+        n0 = n * tile_n
+        for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
+            qa = row_qabs[i]
+            r = tScS_mn[i, 0][0]
+            base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
+            for j in cutlass.range_constexpr(cute.size(rB, mode=[1])):
+                if const_expr(self.bias_early == "bf16"):
+                    rB[i, j] = sB[r, base - tScS_mn[0, j][1]]
+                else:
+                    rB[i, j] = sB[r, base - tScS_mn[0, j][1]].to(Float32)
+        if const_expr(cute.size(rB, mode=[1]) == cute.size(tScS_mn, mode=[1])):
+            self._release(pipe_b, b_state)
+
+    def _early_cols(self, tScS_mn) -> int:
+        """The columns of a thread's scores whose bias ``bias_early`` reads early: all, or the
+        first half (``"f32_half"``; :meth:`_scores` reads the rest after the wait)."""
+        cols = cute.size(tScS_mn, mode=[1])
+        return cols // 2 if self.bias_early == "f32_half" else cols
 
     def _half_count(self, count: int, page_size):
         """The arrivals on one bias barrier of ``bias_per_wg``, where ``count`` arrive on the one

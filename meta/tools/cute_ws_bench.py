@@ -94,6 +94,12 @@ VARIANTS = {
     # one bias buffer at every page size (the build splits it per warpgroup at page_size == tile_n)
     "no_bias_per_wg": dict(bias_per_wg=False),
     "no_late": dict(late_rescale=False),
+    # an unmasked band tile's bias read into registers while its QK GEMM runs (the build reads it
+    # after the wait): all of a thread's columns as fp32 or as bf16 (ptxas spills 72-88 bytes), or
+    # the first half as fp32 (no spills)
+    "bias_early_f32": dict(bias_early="f32"),
+    "bias_early_bf16": dict(bias_early="bf16"),
+    "bias_early_half": dict(bias_early="f32_half"),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
 CONFIG_FIELDS = {"compact_grid"}
