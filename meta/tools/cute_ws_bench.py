@@ -100,9 +100,13 @@ VARIANTS = {
     "bias_early_f32": dict(bias_early="f32"),
     "bias_early_bf16": dict(bias_early="bf16"),
     "bias_early_half": dict(bias_early="f32_half"),
+    # 64-key tiles (a configuration field; the backend builds 128): on sliding layers a CTA's
+    # window span (511 + its 16-32 tokens) wastes fewer keys in 64-key tiles. K/V are then gathered
+    # at every page size (TMA takes a page as one tile); no_tma_kv is the 128-key control for that
+    "tile_n64": dict(tile_n=64),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
-CONFIG_FIELDS = {"compact_grid"}
+CONFIG_FIELDS = {"compact_grid", "tile_n"}
 #: variants whose output is not the op's (not checked against the reference)
 UNCHECKED = {"allplain", "bias_nostage"}
 _COMPILED: dict = {}
