@@ -276,11 +276,10 @@ class RelAttnFwdSm90:
       zeros the CTA writes once at its start (one extra buffer row), instead of the bias buffer it
       does not wait for.
 
-    - ``bias_early`` (with ``band_split``): an unmasked band tile's bias is read from shared
-      memory into registers while its QK GEMM runs (after this warpgroup has issued its GEMMs,
-      before it waits for S), and its buffer released then; the scores then take one multiply-add
-      each after the wait. ``"f32"`` holds the values converted, ``"bf16"`` as loaded (converted
-      after the wait). Off (``False``), the loads follow the wait.
+    - ``rescale_threshold`` (log2 units; 0: off): a row's softmax offset moves only when a tile's
+      maximum passes it by more than this, so a probability is at most ``2**rescale_threshold``;
+      a warp whose rows all kept their offset skips the running O's rescale (one multiply an
+      element a tile). The result is the same softmax (the offset cancels in ``O / row_sum``).
 
     The grid (dense, or compact with ``config.compact_grid``) is a fact of the configuration, not
     a schedule option: the plan chooses it per call.
@@ -290,13 +289,14 @@ class RelAttnFwdSm90:
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
                  bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
-                 lean_mask: bool = False, bias_early: bool | str = False,
+                 lean_mask: bool = False, rescale_threshold: float = 0.0,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
-        if config.tile_m != 128 or config.tile_n not in (64, 128):
-            raise ValueError(f"tile {config.tile_m}x{config.tile_n} is not supported")
+        if config.tile_m != 128 or config.tile_n != 128:
+            # 64-key tiles ran correctly but 13-31% slower (meta/TUNING.md, "tile_n64")
+            raise ValueError(f"tile {config.tile_m}x{config.tile_n} is not supported; expected 128x128")
         if 128 * producer_regs + config.num_mma_threads * consumer_regs > 65536:
             raise ValueError(f"register split {producer_regs}/{consumer_regs} does not fit the register file")
         self.config = config
@@ -317,13 +317,9 @@ class RelAttnFwdSm90:
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
-        if bias_early not in (False, "f32", "bf16", "f32_half"):
-            raise ValueError(f"bias_early is {bias_early!r}; expected False, 'f32', 'bf16' or 'f32_half'")
-        if bias_early and not band_split:
-            raise ValueError("bias_early needs band_split (it reads the unmasked band tiles' bias early)")
-        self.bias_early = bias_early
-        #: whether the consumers hold unmasked band tiles' bias in registers (bias_early)
-        self.early_regs = bool(bias_early) and not debug_all_plain
+        if not 0.0 <= rescale_threshold <= 16.0:
+            raise ValueError(f"rescale_threshold is {rescale_threshold}; expected 0 (off) to 16 (log2 units)")
+        self.rescale_threshold = float(rescale_threshold)
         if lean_mask and not bias_bulk:
             raise ValueError("lean_mask needs bias_bulk (its producer writes a row's zeros with its copy)")
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
@@ -862,11 +858,6 @@ class RelAttnFwdSm90:
         row_qabs = cute.make_rmem_tensor(num_rows, Int32)
         for i in cutlass.range_constexpr(num_rows):
             row_qabs[i] = offset + (m_block * tile_m + tScS_mn[i, 0][0]) // G
-        # bias_early: an unmasked band tile's bias, read while its QK GEMM runs
-        rB = None
-        if const_expr(self.early_regs):
-            rB_type = self.dtype if const_expr(self.bias_early == "bf16") else Float32
-            rB = cute.make_rmem_tensor((num_rows, self._early_cols(tScS_mn)), rB_type)
 
         if n_tiles > 0:
             if const_expr(self.pingpong):
@@ -899,14 +890,10 @@ class RelAttnFwdSm90:
                 self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
                 self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
                 self._sched_signal(wg_idx, True)
-                if const_expr(rB is not None):
-                    if self._unmasked_band(n, plain_lo, plain_hi, bias_lo, bias_hi):
-                        self._band_bias_to_regs(rB, row_qabs, tScS_mn, sB, pipe_b, it, n, b_half)
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
                 self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
-                             rB)  # fmt: skip
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 if const_expr(not self.late_rescale):
@@ -961,11 +948,21 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _rescale_o(self, acc_O, row_scale):
-        """The running O times each row's softmax correction (``row_scale``), in place."""
+        """The running O times each row's softmax correction (``row_scale``), in place; with
+        ``rescale_threshold``, only when some row of the warp has a correction other than 1."""
         acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
-        for i in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[0])):
-            for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
-                acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
+        if const_expr(self.rescale_threshold > 0.0):
+            moved = row_scale[0] != 1.0
+            for i in cutlass.range_constexpr(1, cute.size(acc_O_mn, mode=[0])):
+                moved = moved or row_scale[i] != 1.0
+            if cute.arch.vote_any_sync(moved):
+                for i in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[0])):
+                    for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
+                        acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
+        else:
+            for i in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[0])):
+                for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
+                    acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
 
     @cute.jit
     def _release(self, pipe, state):
@@ -1037,11 +1034,10 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, plain_lo,
-                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half, rB=None):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
         """Scores of key tile ``n`` to probabilities, in place: plain tiles scale only; band tiles
         mask and add the staged bias (waiting for it when the tile stages any: ``bias_use`` is its
-        index among the walk's band tiles, ``num_band`` or more when it stages none). With ``rB``
-        (``bias_early``), an unmasked band tile's bias is already in ``rB``."""
+        index among the walk's band tiles, ``num_band`` or more when it stages none)."""
         tile_n = self.tile_n
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
@@ -1053,25 +1049,8 @@ class RelAttnFwdSm90:
             # natural units: S * softmax_scale + bias; the softmax's exp2 multiply-add applies log2(e)
             scale = scale_log2 * (1.0 / LOG2_E)
             if n >= bias_lo and n < bias_hi:
-                if const_expr(rB is not None):
-                    early = cute.size(rB, mode=[1])
-                    for i in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
-                        for j in cutlass.range_constexpr(early):
-                            acc_S_mn[i, j] = acc_S_mn[i, j] * scale + rB[i, j].to(Float32)
-                    if const_expr(early < cute.size(acc_S_mn, mode=[1])):
-                        # the other columns from the buffer, which the early reads kept
-                        b_state = self._bias_state(bias_use, b_half)
-                        n0 = n * tile_n
-                        for i in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
-                            qa = row_qabs[i]
-                            base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
-                            for j in cutlass.range_constexpr(early, cute.size(acc_S_mn, mode=[1])):
-                                bias = sB[tScS_mn[i, 0][0], base - tScS_mn[0, j][1]].to(Float32)
-                                acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
-                        self._release(pipe_b, b_state)
-                else:
-                    self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent,
-                                      window, kv_len, scale, b_half, False, False)  # fmt: skip
+                self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
+                                  kv_len, scale, b_half, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
                                   kv_len, scale, b_half, True, False)  # fmt: skip
@@ -1126,37 +1105,6 @@ class RelAttnFwdSm90:
                     acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
         if in_band:
             self._release(pipe_b, b_state)
-
-    @cute.jit
-    def _unmasked_band(self, n, plain_lo, plain_hi, bias_lo, bias_hi):
-        """Whether :meth:`_scores` takes key tile ``n`` as an unmasked band tile."""
-        return not (n >= plain_lo and n < plain_hi) and n >= bias_lo and n < bias_hi
-
-    @cute.jit
-    def _band_bias_to_regs(self, rB, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, b_half):
-        """``bias_early``: wait for unmasked band tile ``n``'s staged bias (use ``bias_use``), copy
-        this thread's scores' values into ``rB`` (rows, cols) and hand the buffer back."""
-        tile_n = self.tile_n
-        b_state = self._bias_state(bias_use, b_half)
-        pipe_b.consumer_wait(b_state)
-        n0 = n * tile_n
-        for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
-            qa = row_qabs[i]
-            r = tScS_mn[i, 0][0]
-            base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
-            for j in cutlass.range_constexpr(cute.size(rB, mode=[1])):
-                if const_expr(self.bias_early == "bf16"):
-                    rB[i, j] = sB[r, base - tScS_mn[0, j][1]]
-                else:
-                    rB[i, j] = sB[r, base - tScS_mn[0, j][1]].to(Float32)
-        if const_expr(cute.size(rB, mode=[1]) == cute.size(tScS_mn, mode=[1])):
-            self._release(pipe_b, b_state)
-
-    def _early_cols(self, tScS_mn) -> int:
-        """The columns of a thread's scores whose bias ``bias_early`` reads early: all, or the
-        first half (``"f32_half"``; :meth:`_scores` reads the rest after the wait)."""
-        cols = cute.size(tScS_mn, mode=[1])
-        return cols // 2 if self.bias_early == "f32_half" else cols
 
     def _half_count(self, count: int, page_size):
         """The arrivals on one bias barrier of ``bias_per_wg``, where ``count`` arrive on the one
@@ -1218,11 +1166,19 @@ class RelAttnFwdSm90:
                 tile_max = cute.arch.fmax(tile_max, s_mn[i, j])
             tile_max = cute.arch.warp_reduction_max(tile_max, threads_in_group=4)
             new_max = cute.arch.fmax(row_max[i], tile_max * scale)
+            moved = True
+            if const_expr(self.rescale_threshold > 0.0):
+                # keep the offset unless the tile passes it by more than the threshold (a row with
+                # nothing visible yet moves on its first finite maximum: inf > threshold)
+                moved = new_max - row_max[i] > self.rescale_threshold
+                new_max = cutlass.select_(moved, new_max, row_max[i])
             # a row with nothing visible yet keeps offset 0 (exp2(-inf) = 0, no NaN)
             safe_max = new_max
             if new_max == -Float32.inf:
                 safe_max = Float32(0.0)
             correction = cute.math.exp2(row_max[i] - safe_max, fastmath=True)
+            if const_expr(self.rescale_threshold > 0.0):
+                correction = cutlass.select_(moved, correction, Float32(1.0))
             row_max[i] = new_max
             partial = Float32(0.0)
             for j in cutlass.range_constexpr(cols):

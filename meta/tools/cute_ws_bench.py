@@ -94,19 +94,12 @@ VARIANTS = {
     # one bias buffer at every page size (the build splits it per warpgroup at page_size == tile_n)
     "no_bias_per_wg": dict(bias_per_wg=False),
     "no_late": dict(late_rescale=False),
-    # an unmasked band tile's bias read into registers while its QK GEMM runs (the build reads it
-    # after the wait): all of a thread's columns as fp32 or as bf16 (ptxas spills 72-88 bytes), or
-    # the first half as fp32 (no spills)
-    "bias_early_f32": dict(bias_early="f32"),
-    "bias_early_bf16": dict(bias_early="bf16"),
-    "bias_early_half": dict(bias_early="f32_half"),
-    # 64-key tiles (a configuration field; the backend builds 128): on sliding layers a CTA's
-    # window span (511 + its 16-32 tokens) wastes fewer keys in 64-key tiles. K/V are then gathered
-    # at every page size (TMA takes a page as one tile); no_tma_kv is the 128-key control for that
-    "tile_n64": dict(tile_n=64),
+    # a row's softmax offset moves only when a tile's maximum passes it by more than 8 (log2
+    # units), and a warp whose rows all kept theirs skips the running O's rescale
+    "rescale8": dict(rescale_threshold=8.0),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
-CONFIG_FIELDS = {"compact_grid", "tile_n"}
+CONFIG_FIELDS = {"compact_grid"}
 #: variants whose output is not the op's (not checked against the reference)
 UNCHECKED = {"allplain", "bias_nostage"}
 _COMPILED: dict = {}
