@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import shutil
 import subprocess
 
@@ -81,6 +82,18 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = N
     assert re.search(r"bar\.arrive\s+\S+, 256;", ptx) and re.search(r"bar\.sync\s+\S+, 256;", ptx)
     if bias:
         assert "ld.shared" in ptx  # the softmax reads the staged bias from shared memory
+    if built.get("rescale_threshold", 0.0):
+        assert len(re.findall(_VOTE, ptx)) == 2 and _threshold_literal(built["rescale_threshold"]) in ptx
+
+
+#: the warp vote before the running O's rescale (rescale_threshold): one at each rescale site, the
+#: loop's and the last PV's
+_VOTE = r"vote\.sync\.any\.pred"
+
+
+def _threshold_literal(value: float) -> str:
+    """``value`` as a PTX f32 literal (``0f41000000`` for 8.0)."""
+    return "0f%08X" % struct.unpack(">I", struct.pack(">f", value))[0]
 
 
 def test_cute_compile_global_page16_g8():
@@ -172,6 +185,23 @@ def test_cute_compile_lean_mask_option():
     # the visibility test stays (one compare a masked score); only the select at d >= E goes
     assert len(re.findall(r"setp\.le\.s32", lean)) == len(re.findall(r"setp\.le\.s32", build)) >= 128
     assert len(re.findall(r"selp\.f32", lean)) <= len(re.findall(r"selp\.f32", build)) - 64
+
+
+def test_cute_compile_rescale_threshold_option():
+    """``rescale_threshold`` (in SCHEDULE since 30b99b8's A/B): without it no warp votes and no
+    row compares its maximum's growth with a threshold (the build's checks are in
+    :func:`_check_hopper_ptx`); out-of-range thresholds are refused by name."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    assert cute_fwd_sm90.SCHEDULE["rescale_threshold"] > 0
+    exact = cute_runtime.compile_with(
+        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, rescale_threshold=0.0), arch="sm_90a", ptx=True
+    ).ptx
+    assert not re.findall(_VOTE, exact) and _threshold_literal(cute_fwd_sm90.SCHEDULE["rescale_threshold"]) not in exact
+    for bad in (-1.0, 17.0):
+        with pytest.raises(ValueError, match="rescale_threshold"):
+            cute_fwd_sm90.RelAttnFwdSm90(config, rescale_threshold=bad)
 
 
 def test_cute_compile_sliding_page128_g4_fp16():

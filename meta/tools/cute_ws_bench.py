@@ -94,9 +94,9 @@ VARIANTS = {
     # one bias buffer at every page size (the build splits it per warpgroup at page_size == tile_n)
     "no_bias_per_wg": dict(bias_per_wg=False),
     "no_late": dict(late_rescale=False),
-    # a row's softmax offset moves only when a tile's maximum passes it by more than 8 (log2
-    # units), and a warp whose rows all kept theirs skips the running O's rescale
-    "rescale8": dict(rescale_threshold=8.0),
+    # the exact running maximum as every row's softmax offset and the running O rescaled every
+    # tile (the build keeps an offset until a tile passes it by more than 8, in log2 units)
+    "no_rescale_threshold": dict(rescale_threshold=0.0),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
 CONFIG_FIELDS = {"compact_grid"}

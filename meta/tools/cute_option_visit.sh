@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# H200 visit for rescale_threshold (RelAttnFwdSm90's option; TUNING "rescale_threshold").
-#   . /tmp/site/env.sh && bash meta/tools/cute_rescale_visit.sh SHA
+# H200 visit for one schedule option under trial: a cute_ws_bench VARIANT and the SCHEDULE keywords
+# (OPTION, e.g. " rescale_threshold=8.0,") that adopt it.
+#   . /tmp/site/env.sh && VARIANT=name OPTION=" key=value," bash meta/tools/cute_option_visit.sh SHA
 # The probe of VARIANT, cute_ws_bench against the build in both orders (eager do_bench medians),
 # then the conformance suite on the CuTe backend with OPTION added to the device copy's SCHEDULE.
-sha=${1:?usage: cute_rescale_visit.sh SHA}
-variant=${VARIANT:-rescale8}; option=${OPTION:- rescale_threshold=8.0,}
+# (At 30b99b8 it ran VARIANT=rescale8 OPTION=" rescale_threshold=8.0,": TUNING "rescale_threshold".)
+sha=${1:?usage: VARIANT=name OPTION=" key=value," cute_option_visit.sh SHA}
+variant=${VARIANT:?set VARIANT}; option=${OPTION:?set OPTION}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 timeout 90 python3 meta/tools/cute_ws_bench.py --probe $variant > "$out/probe_${variant}_$sha.log" 2>&1; tail -1 "$out/probe_${variant}_$sha.log"
