@@ -178,3 +178,11 @@ def test_main_draws_bars_for_a_run_of_two_backends(tmp_path, monkeypatch):
     assert (tmp_path / "a.png").exists()
     ratios = sorted(round(y, 3) for ys in drawn for y in ys)
     assert ratios == [0.7, 0.7, 1.2, 1.2], ratios  # triton and fa4 over cute, on both clocks
+
+
+def test_provenance_keeps_a_runs_label():
+    """A figure's title names the commit in short form and keeps a run's label after "+" (a peer
+    run of a schedule option under trial is recorded as "SHA+adopted")."""
+    records = [dict(gpu="NVIDIA H200", git_sha="30b99b8ffff+adopted", timestamp="2026-12-04T05:45:13"),
+               dict(gpu="NVIDIA H200", git_sha="c56296a0123456", timestamp="2026-12-04T01:00:00")]  # fmt: skip
+    assert plot_performance.provenance(records) == "NVIDIA H200, git 30b99b8+adopted, c56296a, 2026-12-04"

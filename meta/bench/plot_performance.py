@@ -167,6 +167,11 @@ def ordered_peers(records: Sequence[dict]) -> list[str]:
     return [p for p in order if p in seen] + [p for p in seen if p not in order]
 
 
+def _short_sha(sha: str) -> str:
+    head, plus, label = sha.partition("+")
+    return head[:7] + plus + label
+
+
 def provenance(records: Sequence[dict]) -> str:
     """'NVIDIA H200, git 0530e62, 2026-12-01' from the records a figure draws (every distinct value, sorted)."""
 
@@ -175,7 +180,8 @@ def provenance(records: Sequence[dict]) -> str:
         return ", ".join(values) if values else "?"
 
     gpus = joined(r.get("gpu") for r in records)
-    shas = joined(str(r.get("git_sha"))[:7] for r in records if r.get("git_sha"))
+    # a commit's short form, with a run's label after "+" kept ("30b99b8+adopted")
+    shas = joined(_short_sha(str(r.get("git_sha"))) for r in records if r.get("git_sha"))
     dates = joined(str(r.get("timestamp"))[:10] for r in records if r.get("timestamp"))
     return f"{gpus}, git {shas}, {dates}"
 
