@@ -296,7 +296,7 @@ class RelAttnFwdSm90:
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
-            # 64-key tiles ran correctly but 13-31% slower (meta/TUNING.md, "tile_n64")
+            # 64-key tiles were correct but lost on every case timed (meta/TUNING.md, 2026-12-04)
             raise ValueError(f"tile {config.tile_m}x{config.tile_n} is not supported; expected 128x128")
         if 128 * producer_regs + config.num_mma_threads * consumer_regs > 65536:
             raise ValueError(f"register split {producer_regs}/{consumer_regs} does not fit the register file")
@@ -951,19 +951,22 @@ class RelAttnFwdSm90:
     def _rescale_o(self, acc_O, row_scale):
         """The running O times each row's softmax correction (``row_scale``), in place; with
         ``rescale_threshold``, only when some row of the warp has a correction other than 1."""
-        acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
         if const_expr(self.rescale_threshold > 0.0):
             moved = row_scale[0] != 1.0
-            for i in cutlass.range_constexpr(1, cute.size(acc_O_mn, mode=[0])):
+            for i in cutlass.range_constexpr(1, cute.size(row_scale)):
                 moved = moved or row_scale[i] != 1.0
             if cute.arch.vote_any_sync(moved):
-                for i in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[0])):
-                    for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
-                        acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
+                self._scale_rows(acc_O, row_scale)
         else:
-            for i in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[0])):
-                for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
-                    acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
+            self._scale_rows(acc_O, row_scale)
+
+    @cute.jit
+    def _scale_rows(self, acc_O, row_scale):
+        """Each row of the accumulator ``acc_O`` times its ``row_scale``, in place."""
+        acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
+        for i in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[0])):
+            for j in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
+                acc_O_mn[i, j] = acc_O_mn[i, j] * row_scale[i]
 
     @cute.jit
     def _release(self, pipe, state):
