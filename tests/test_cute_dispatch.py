@@ -128,7 +128,8 @@ def _bound_calls(problem_args, *, window_size=(-1, -1)):
 
 def test_cute_prepared_call_passes_what_run_passes(monkeypatch):
     backend = planning.get_backend("cute")
-    for window in (-1, 5):
+    # a window wider than NO_WINDOW goes in as NO_WINDOW (the kernel's window is an int32)
+    for window in (-1, 5, 2**40):
         case, args, out, problem, plan = _bound_calls(([3, 1], [40, 20]), window_size=(window, 0))
         calls = []
         monkeypatch.setitem(backend._by_key, plan.key, lambda *a: calls.append(a))
@@ -141,7 +142,7 @@ def test_cute_prepared_call_passes_what_run_passes(monkeypatch):
         assert all(a is b for a, b in zip(ran[:8], bound[:8])) and ran[8:] == bound[8:]
         assert bound[:8] == (args.q, args.key_cache, args.value_cache, out, args.block_table, args.cache_seqlens,
                              args.cu_seqlens_q, args.rel_logits)  # fmt: skip
-        assert bound[8:] == (case.softmax_scale, window if window >= 0 else cute_backend.NO_WINDOW, 3)
+        assert bound[8:] == (case.softmax_scale, window if 0 <= window < cute_backend.NO_WINDOW else cute_backend.NO_WINDOW, 3)
         assert backend.prepare(plan, problem, args, out) is None  # CPU tensors: no prepared launch
 
 

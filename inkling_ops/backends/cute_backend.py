@@ -38,6 +38,14 @@ MAX_Q_PER_KV = 64
 REL_EXTENT_MULTIPLE = 8
 #: the kernel's window argument for a layer without one (every causal key is within it)
 NO_WINDOW = 1 << 30
+
+
+def kernel_window(window_left: int) -> int:
+    """The kernel's window argument (an int32) for ``window_left``: :data:`NO_WINDOW` for no
+    window, and for windows at least that wide, which see every causal key as it does."""
+    return NO_WINDOW if window_left < 0 else min(window_left, NO_WINDOW)
+
+
 #: the arches the kernel is compiled for
 HOPPER_ARCHES = ("sm_90", "sm_90a")
 
@@ -257,7 +265,7 @@ class CuteBackend(Backend):
             return None
         fn = self._run_function(plan.key, problem)
         scale, max_q = problem.softmax_scale, problem.max_seqlen_q
-        window = problem.window_left if problem.window_left >= 0 else NO_WINDOW
+        window = kernel_window(problem.window_left)
 
         def prepared(args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:
             q, k, v, table, seqlens, cu, rel = args
@@ -283,5 +291,5 @@ class CuteBackend(Backend):
                 )
         if table.stride(-1) != 1:
             table = table.contiguous()
-        window = problem.window_left if problem.window_left >= 0 else NO_WINDOW
+        window = kernel_window(problem.window_left)
         fn(q, k, v, out, table, seqlens, cu, rel, problem.softmax_scale, window, problem.max_seqlen_q)
