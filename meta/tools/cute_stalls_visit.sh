@@ -5,7 +5,8 @@
 # (no mask, no bias, nothing staged), the SASS-level counters exported as CSV.
 #   . /tmp/site/env.sh && bash meta/tools/cute_stalls_visit.sh SHA
 # Compare the two CSVs' stall samples per instruction: the build's extra samples, and on which
-# instructions (band body loads, converts, the softmax, the ping-pong barrier) they land.
+# instructions (band body loads, converts, the softmax, the ping-pong barrier) they land
+# (meta/tools/sass_stalls.py, run at the end: samples by code region, side by side).
 sha=${1:?usage: cute_stalls_visit.sh SHA}
 case=${CASE:-prefill8k_sliding_page128}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -21,3 +22,5 @@ for v in "" :allplain; do
     || ncu -i "$out/src_$name.ncu-rep" --page source --csv > "$out/cute_sass_${case}_${name}_$sha.csv"
   gzip -f "$out/cute_sass_${case}_${name}_$sha.csv"; rm -f "$out/src_$name.ncu-rep"
 done
+python3 meta/tools/sass_stalls.py "$out/cute_sass_${case}_build_$sha.csv.gz" "$out/cute_sass_${case}_allplain_$sha.csv.gz" --top 20 \
+  | tee "$out/sass_stalls_${case}_$sha.txt"

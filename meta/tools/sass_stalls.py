@@ -1,0 +1,156 @@
+"""Where a CuTe kernel's warps stall, by code region, from ncu's per-instruction source counters.
+
+    python3 meta/tools/sass_stalls.py BUILD.csv.gz [OTHER.csv.gz] [--top N]
+
+Each CSV is ``ncu -i REPORT --page source --csv --print-source sass`` of one call profiled with
+``--section SourceCounters --section WarpStateStats`` (``meta/tools/cute_stalls_visit.sh`` and
+``cute_schedule_visit.sh`` write them, gzipped, to ``meta/logs/cute_sass_*``). The SASS is cut
+into basic blocks (at branch targets and after branches) and each block is given the region its
+instructions say it belongs to:
+
+- ``band scores``: at least 8 ``LDS.U16`` (the band tiles' staged bias reads);
+- ``softmax``: at least 8 ``MUFU.EX2``;
+- ``GEMM issue``: any ``HGMMA``;
+- ``producer loads``: K/V gathers, bulk and TMA copies, the page-address shuffles;
+- ``barriers/waits``: mbarrier (``SYNCS``) and named-barrier (``BAR``) blocks;
+- ``other``: the rest (prologue, epilogue, address arithmetic).
+
+For each region it prints the stall samples, their share, the warp instructions executed and
+the top stall reasons; with a second CSV (e.g. the ``allplain`` variant), both side by side and
+the difference. ``--top N`` lists the N instructions with the most samples (offset from the
+kernel's first instruction, block, region, samples, executions, the two top reasons).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+ALL_SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+
+
+@dataclass
+class Instruction:
+    address: int
+    offset: int  # from the kernel's first instruction
+    source: str
+    opcode: str
+    samples: int
+    executed: int
+    stalls: Counter = field(default_factory=Counter)
+
+
+def read_sass(path: str) -> list[Instruction]:
+    """The instructions of the one kernel in ``path`` (a gzipped or plain ncu source CSV)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        rows = list(csv.reader(f))
+    header = next(r for r in rows if "Address" in r and "Source" in r)
+    col = {name: k for k, name in enumerate(header)}
+    stall_cols = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+    out, first = [], None
+    for row in rows[rows.index(header) + 1 :]:
+        if len(row) < len(header) or not row[col["Address"]].startswith("0x"):
+            continue
+        address = int(row[col["Address"]], 16)
+        first = address if first is None else first
+        source = row[col["Source"]].strip()
+        opcode = re.sub(r"^@!?U?P\w+\s+", "", source).split(" ")[0]
+        stalls = Counter({c[len("stall_") :]: int(row[col[c]] or 0) for c in stall_cols})
+        out.append(Instruction(address, address - first, source, opcode, int(row[col[ALL_SAMPLES]] or 0),
+                               int(row[col[EXECUTED]] or 0), stalls))  # fmt: skip
+    if not out:
+        raise SystemExit(f"{path}: no SASS rows (expected ncu's --page source --csv --print-source sass)")
+    return out
+
+
+def blocks(instructions: list[Instruction]) -> list[list[Instruction]]:
+    """Basic blocks: a new block at each branch target and after each branch or exit."""
+    targets = set()
+    for i in instructions:
+        m = re.search(r"BRA\s+0x([0-9a-f]+)", i.source)
+        if m:
+            targets.add(int(m.group(1), 16))
+    out, cur = [], []
+    for i in instructions:
+        if cur and (i.address in targets or cur[-1].opcode.startswith(("BRA", "EXIT", "RET"))):
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def region(block: list[Instruction]) -> str:
+    """The region a basic block belongs to (the module docstring's list, in that order)."""
+    ops = Counter(i.opcode for i in block)
+    if ops["LDS.U16"] >= 8:
+        return "band scores"
+    if ops["MUFU.EX2"] >= 8:
+        return "softmax"
+    if any(o.startswith("HGMMA") for o in ops):
+        return "GEMM issue"
+    if any(o.startswith(("LDGSTS", "UBLKCP", "UTMALDG", "SHFL")) for o in ops):
+        return "producer loads"
+    if any(o.startswith(("SYNCS", "BAR")) for o in ops):
+        return "barriers/waits"
+    return "other"
+
+
+def by_region(instructions: list[Instruction]) -> dict[str, tuple[int, int, Counter]]:
+    """region -> (stall samples, warp instructions executed, stall reasons)."""
+    agg: dict = defaultdict(lambda: [0, 0, Counter()])
+    for block in blocks(instructions):
+        entry = agg[region(block)]
+        for i in block:
+            entry[0] += i.samples
+            entry[1] += i.executed
+            entry[2].update(i.stalls)
+    return {k: (s, e, c) for k, (s, e, c) in agg.items()}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("csv", nargs="+", help="one or two ncu source CSVs (the second: the comparison)")
+    p.add_argument("--top", type=int, default=0, help="list the N instructions with the most samples (first CSV)")
+    args = p.parse_args(argv)
+    if len(args.csv) > 2:
+        p.error("at most two CSVs")
+    runs = [read_sass(path) for path in args.csv]
+    tables = [by_region(r) for r in runs]
+    totals = [sum(i.samples for i in r) for r in runs]
+    for path, run, total in zip(args.csv, runs, totals):
+        print(f"{path}: {len(run)} instructions, {total} samples, {sum(i.executed for i in run)} warp instructions")
+    names = sorted({k for t in tables for k in t}, key=lambda k: -tables[0].get(k, (0, 0, None))[0])
+    head = f"{'region':16s} {'samples':>8s} {'share':>6s} {'warp instr':>11s}"
+    print(head + ("   | other: samples  share  warp instr | samples diff" if len(runs) == 2 else "   top stalls"))
+    for name in names:
+        s, e, reasons = tables[0].get(name, (0, 0, Counter()))
+        line = f"{name:16s} {s:8d} {s / totals[0]:6.1%} {e:11d}"
+        if len(runs) == 2:
+            s2, e2, _ = tables[1].get(name, (0, 0, Counter()))
+            line += f"   | {s2:14d} {s2 / totals[1]:6.1%} {e2:11d} | {s - s2:+12d}"
+        else:
+            line += "   " + ", ".join(f"{r} {v}" for r, v in reasons.most_common(4) if v)
+        print(line)
+    if args.top:
+        where = {}
+        for k, block in enumerate(blocks(runs[0])):
+            for i in block:
+                where[i.offset] = (k, region(block))
+        print(f"\ntop {args.top} instructions of {args.csv[0]} by samples:")
+        for i in sorted(runs[0], key=lambda i: -i.samples)[: args.top]:
+            k, name = where[i.offset]
+            reasons = ", ".join(f"{r} {v}" for r, v in i.stalls.most_common(2) if v)
+            print(f"{i.offset:6x} block {k:3d} {name:15s} {i.samples:6d} {i.executed:10d}  {i.source[:58]:58s} {reasons}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

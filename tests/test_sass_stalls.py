@@ -1,0 +1,67 @@
+"""CPU checks of meta/tools/sass_stalls.py (lab tool): basic blocks, regions and the per-region
+sums from a synthetic ncu source CSV, and its refusal of a CSV without SASS rows."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+
+import pytest
+from lab_tools import load_tool
+
+sass_stalls = load_tool("sass_stalls")
+
+_HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed", "stall_wait",
+           "stall_long_sb", "stall_wait (Not Issued)"]  # fmt: skip
+
+
+def _csv(path, rows, *, gz=True):
+    opener = gzip.open if gz else open
+    with opener(path, "wt", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Kernel Name", "kernel_x"])
+        w.writerow(_HEADER)
+        for address, source, samples, executed, wait, long_sb in rows:
+            w.writerow([hex(address), source, samples, executed, wait, long_sb, 99])
+    return str(path)
+
+
+def _program():
+    """A wait loop (branch back to 0x10), a band block (8 LDS.U16), a softmax block (8 MUFU.EX2)
+    and a GEMM block, 16 bytes an instruction."""
+    rows = [(0x00, "MOV R1, R2", 1, 10, 1, 0), (0x10, "SYNCS.PHASECHK.TRANS64 P0, [UR4], R3", 5, 40, 0, 5),
+            (0x20, "@!P0 BRA 0x10", 7, 40, 0, 7)]  # fmt: skip
+    address = 0x30
+    for op, count, samples in (("LDS.U16 R4, [R5]", 8, 2), ("MUFU.EX2 R6, R6", 8, 3)):
+        for _ in range(count):
+            rows.append((address, op, samples, 100, samples, 0))
+            address += 0x10
+        rows.append((address, f"BRA 0x{address + 0x10:x}", 0, 100, 0, 0))
+        address += 0x10
+    rows.append((address, "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], R24", 4, 50, 1, 0))
+    rows.append((address + 0x10, "EXIT", 0, 1, 0, 0))
+    return rows
+
+
+def test_regions_of_a_synthetic_kernel(tmp_path):
+    run = sass_stalls.read_sass(_csv(tmp_path / "k.csv.gz", _program()))
+    assert run[0].offset == 0 and run[2].opcode == "BRA" and run[2].stalls["long_sb"] == 7
+    assert "wait (Not Issued)" not in run[0].stalls  # only the all-samples reasons
+    blocks = sass_stalls.blocks(run)
+    # [MOV] [SYNCS, BRA] (the loop's target starts a block) [8 LDS, BRA] [8 MUFU, BRA] [HGMMA, EXIT]
+    assert [len(b) for b in blocks] == [1, 2, 9, 9, 2]
+    assert [sass_stalls.region(b) for b in blocks] == ["other", "barriers/waits", "band scores", "softmax", "GEMM issue"]
+    table = sass_stalls.by_region(run)
+    assert table["band scores"][:2] == (16, 900) and table["softmax"][:2] == (24, 900)
+    assert table["barriers/waits"][0] == 12 and table["barriers/waits"][2]["long_sb"] == 12
+
+
+def test_main_compares_two_runs_and_refuses_a_csv_without_sass(tmp_path, capsys):
+    a = _csv(tmp_path / "a.csv.gz", _program())
+    b = _csv(tmp_path / "b.csv", [r for r in _program() if not r[1].startswith("LDS")], gz=False)
+    assert sass_stalls.main([a, b, "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "band scores" in out and "samples diff" in out and "+16" in out and "top 2 instructions" in out
+    empty = _csv(tmp_path / "empty.csv.gz", [])
+    with pytest.raises(SystemExit, match="no SASS rows"):
+        sass_stalls.main([empty])
