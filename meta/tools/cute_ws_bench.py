@@ -122,6 +122,8 @@ def _bench(fn) -> float:
 
 
 def _variant_fn(name, case):
+    """(variant ``name`` compiled for ``case``, the seconds its compile took, the kernel's window
+    argument for the case as the backend passes it)."""
     from inkling_ops.backends import cute_backend
     from inkling_ops.kernels import cute_fwd_sm90
 
@@ -135,7 +137,8 @@ def _variant_fn(name, case):
     t0 = time.perf_counter()
     if (name, config) not in _COMPILED:
         _COMPILED[name, config] = cute_fwd_sm90.compile_fwd(config, options="--enable-tvm-ffi --gpu-arch sm_90a", **options)
-    return _COMPILED[name, config], time.perf_counter() - t0, cute_backend.NO_WINDOW
+    # the window argument as the backend passes it
+    return _COMPILED[name, config], time.perf_counter() - t0, cute_backend.kernel_window(case.window_size[0])
 
 
 def _fa4_fn(case, out_shape):
@@ -177,8 +180,7 @@ def run_case(name, kw, variants) -> dict:
         row["cute_error"] = traceback.format_exc()[-1500:]
     for v in VARIANT_CASES.get(name, ()) if variants is None else variants:
         try:
-            fn, compile_s, no_window = _variant_fn(v, case)
-            window = case.window_size[0] if case.window_size[0] >= 0 else no_window
+            fn, compile_s, window = _variant_fn(v, case)
             vout = torch.zeros_like(case.q)
             args = (case.q, case.key_cache, case.value_cache, vout, case.block_table, case.cache_seqlens,
                     case.cu_seqlens_q, case.rel_logits, case.softmax_scale, window, case.max_seqlen_q)  # fmt: skip
@@ -213,8 +215,7 @@ def probe(variant) -> bool:
     for name, kw in CHECKS:
         case = _case(kw)
         n = sum(case.q_lens)
-        fn, _, no_window = _variant_fn(variant, case)
-        window = case.window_size[0] if case.window_size[0] >= 0 else no_window
+        fn, _, window = _variant_fn(variant, case)
         out = torch.full_like(case.q, 7.0)
         fn(case.q, case.key_cache, case.value_cache, out, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
            case.rel_logits, case.softmax_scale, window, case.max_seqlen_q)  # fmt: skip
@@ -237,8 +238,7 @@ def profile(spec) -> None:
     if variant == "fa4":
         fn = _fa4_fn(case, out.shape)
     elif variant:
-        vfn, _, no_window = _variant_fn(variant, case)
-        window = case.window_size[0] if case.window_size[0] >= 0 else no_window
+        vfn, _, window = _variant_fn(variant, case)
         args = (case.q, case.key_cache, case.value_cache, out, case.block_table, case.cache_seqlens,
                 case.cu_seqlens_q, case.rel_logits, case.softmax_scale, window, case.max_seqlen_q)  # fmt: skip
         fn = lambda: vfn(*args)  # noqa: E731
