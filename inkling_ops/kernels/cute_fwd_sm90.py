@@ -247,6 +247,12 @@ class RelAttnFwdSm90:
       writes its rows into its own rows of the Q tile, whose last GEMM has completed), then out
       in 16-byte stores, one per chunk each thread loaded Q into, instead of 4-byte stores
       straight from the accumulator.
+    - ``stmatrix_epilogue``: with ``smem_epilogue``, the normalised O is converted in registers
+      and written into the Q tile with ``stmatrix`` (8 stores a thread, 8 8x8 matrices each)
+      instead of 64 2-byte stores, each with its own swizzled address.
+    - ``chunk_step``: the consumers' Q gather and O store address a thread's later 16-byte chunks
+      by a fixed step of tokens from its first (``tile rows a pass / q_per_kv``, when that
+      divides) instead of recomputing each chunk's token, head and 64-bit address.
     - ``fence_gathered_only``: with ``consumer_fence``, fence only after waiting for a stage the
       producer gathered with ``cp.async`` (generic proxy); a stage loaded by TMA (``tma_kv``) is
       written by the async proxy that wgmma reads through, and needs none.
@@ -292,7 +298,8 @@ class RelAttnFwdSm90:
                  bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
                  lean_mask: bool = False, rescale_threshold: float = 0.0,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
-                 band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False):  # fmt: skip
+                 band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
+                 stmatrix_epilogue: bool = False, chunk_step: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -338,6 +345,10 @@ class RelAttnFwdSm90:
         self.band_split = band_split
         self.late_rescale = late_rescale
         self.smem_epilogue = smem_epilogue
+        if stmatrix_epilogue and not smem_epilogue:
+            raise ValueError("stmatrix_epilogue needs smem_epilogue (it writes O into the Q tile)")
+        self.stmatrix_epilogue = stmatrix_epilogue
+        self.chunk_step = chunk_step
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -818,13 +829,10 @@ class RelAttnFwdSm90:
         tQcQ = thr_copy.partition_S(cQ)
         tQsQ = thr_copy.partition_D(sQ)
         for m in cutlass.range_constexpr(cute.size(tQsQ, mode=[1])):
-            row = m_block * tile_m + tQcQ[0, m, 0][0]
-            tok = row // G
-            col = tQcQ[0, m, 0][1]
+            tok, address = self._chunk_at(mQ, tQcQ, m, m_block, q_start, q_head0)
             dst = tQsQ[None, m, 0]
             if tok < q_len:
-                src = self._gmem_chunk(mQ, (q_start + tok, q_head0 + row % G, col), dst)
-                cute.copy(copy_atom, src, dst)
+                cute.copy(copy_atom, self._gmem_at(mQ, address, dst), dst)
             else:
                 dst.fill(0.0)
         cute.arch.cp_async_commit_group()
@@ -924,7 +932,10 @@ class RelAttnFwdSm90:
             inv = Float32(0.0)
             if total > 0.0:
                 inv = 1.0 / total
-            if const_expr(self.smem_epilogue):
+            if const_expr(self.stmatrix_epilogue):
+                for j in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
+                    acc_O_mn[i, j] = acc_O_mn[i, j] * inv
+            elif const_expr(self.smem_epilogue):
                 # into this warpgroup's own rows of sQ (its last QK GEMM has completed)
                 for j in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
                     sQ[tOcO_mn[i, 0][0], tOcO_mn[0, j][1]] = (acc_O_mn[i, j] * inv).to(self.dtype)
@@ -935,17 +946,22 @@ class RelAttnFwdSm90:
                     out_row = mO[q_start + tok, q_head0 + row % G, None]
                     for j in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
                         out_row[tOcO_mn[0, j][1]] = (acc_O_mn[i, j] * inv).to(self.dtype)
+        if const_expr(self.stmatrix_epilogue):
+            # into this warpgroup's own rows of sQ (its last QK GEMM has completed)
+            rO = cute.make_rmem_tensor_like(acc_O, self.dtype)
+            rO.store(acc_O.load().to(self.dtype))
+            atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
+            thr_copy_o = cute.make_tiled_copy_C(atom, tiled_mma_pv).get_slice(tidx)
+            cute.copy(thr_copy_o, thr_copy_o.retile(rO), thr_copy_o.partition_D(sQ))
         if const_expr(self.smem_epilogue):
             # both warpgroups' rows written: each thread stores the 16-byte chunks it loaded Q into
             cute.arch.barrier(barrier_id=BAR_Q, number_of_threads=self.num_mma_threads)
             for m in cutlass.range_constexpr(cute.size(tQsQ, mode=[1])):
-                row = m_block * tile_m + tQcQ[0, m, 0][0]
-                tok = row // G
+                tok, address = self._chunk_at(mO, tQcQ, m, m_block, q_start, q_head0)
                 if tok < q_len:
                     o_chunk = cute.make_rmem_tensor_like(tQsQ[None, m, 0])
                     cute.autovec_copy(tQsQ[None, m, 0], o_chunk)
-                    o_dst = self._gmem_chunk(mO, (q_start + tok, q_head0 + row % G, tQcQ[0, m, 0][1]), o_chunk)
-                    cute.autovec_copy(o_chunk, o_dst)
+                    cute.autovec_copy(o_chunk, self._gmem_at(mO, address, o_chunk))
 
     @cute.jit
     def _rescale_o(self, acc_O, row_scale):
@@ -1140,12 +1156,30 @@ class RelAttnFwdSm90:
         rP_flat.store(acc_flat.load().to(self.dtype))
 
     @cute.jit
-    def _gmem_chunk(self, mX: cute.Tensor, coord, like: cute.Tensor) -> cute.Tensor:
-        """The 16-byte chunk of ``mX`` that starts at ``coord``, laid out as ``like``."""
-        offset = cute.crd2idx(coord, mX.layout)
-        address = (mX.iterator + offset).toint()
+    def _gmem_at(self, mX: cute.Tensor, address, like: cute.Tensor) -> cute.Tensor:
+        """The 16-byte chunk of ``mX``'s memory at byte ``address``, laid out as ``like``."""
         ptr = cute.make_ptr(mX.element_type, address, cute.AddressSpace.gmem, assumed_align=16)
         return cute.make_tensor(ptr, like.layout)
+
+    @cute.jit
+    def _chunk_at(self, mX: cute.Tensor, tQcQ, m: cutlass.Constexpr, m_block, q_start, q_head0):
+        """``(token, byte address)`` of this thread's ``m``-th 16-byte chunk of the (tokens, heads,
+        head_dim) tensor ``mX`` (Q's gather, O's store; ``tQcQ``: the chunks' tile coordinates).
+        With ``chunk_step`` and a pass of the copy covering whole tokens, chunk ``m`` is chunk 0
+        moved by ``m`` passes' tokens: one multiply-add instead of a token, head and address each."""
+        G = self.group
+        rows_per_pass = self.num_mma_threads // self.copy_cols
+        row0 = m_block * self.tile_m + tQcQ[0, 0, 0][0]
+        if const_expr(self.chunk_step and rows_per_pass % G == 0):
+            tok0 = row0 // G
+            address0 = (mX.iterator + cute.crd2idx((q_start + tok0, q_head0 + row0 % G, tQcQ[0, 0, 0][1]),
+                                                   mX.layout)).toint()  # fmt: skip
+            step = (mX.iterator + cute.crd2idx((m * (rows_per_pass // G), 0, 0), mX.layout)).toint() - mX.iterator.toint()
+            return tok0 + m * (rows_per_pass // G), address0 + step
+        row = m_block * self.tile_m + tQcQ[0, m, 0][0]
+        tok = row // G
+        address = (mX.iterator + cute.crd2idx((q_start + tok, q_head0 + row % G, tQcQ[0, m, 0][1]), mX.layout)).toint()
+        return tok, address
 
     @cute.jit
     def _gemm(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr):

@@ -97,6 +97,11 @@ VARIANTS = {
     # the exact running maximum as every row's softmax offset and the running O rescaled every
     # tile (the build keeps an offset until a tile passes it by more than 8, in log2 units)
     "no_rescale_threshold": dict(rescale_threshold=0.0),
+    # the epilogue's O into the Q tile with stmatrix (the build: one 2-byte store an element)
+    "stmatrix_epilogue": dict(stmatrix_epilogue=True),
+    # Q's gather and O's store step a fixed number of tokens a pass (the build: each chunk's own address)
+    "chunk_step": dict(chunk_step=True),
+    "lean_epilogue": dict(stmatrix_epilogue=True, chunk_step=True),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
 CONFIG_FIELDS = {"compact_grid"}
