@@ -247,13 +247,20 @@ def test_cute_compile_release_per_warp(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "option, stores",
-    [(dict(), r"st\.global\.v4\.b32|st\.global\.v2\.b64|st\.global\.b128"), (dict(smem_epilogue=False), r"st\.global\.b32")],
-    ids=["smem_epilogue", "accumulator-stores"],
+    "option, stores, shared_b16",
+    [
+        (dict(), r"st\.global\.v4\.b32|st\.global\.v2\.b64|st\.global\.b128", 1),
+        (dict(stmatrix_epilogue=False), r"st\.global\.v4\.b32|st\.global\.v2\.b64|st\.global\.b128", 65),
+        (dict(smem_epilogue=False, stmatrix_epilogue=False), r"st\.global\.b32", 1),
+    ],
+    ids=["stmatrix_epilogue", "smem_epilogue", "accumulator-stores"],
 )
-def test_cute_compile_epilogue_stores(option, stores):
-    """The output stores: with ``smem_epilogue`` (the build, in SCHEDULE), 16-byte stores from
-    shared memory and no 4-byte ones; without it, 4-byte stores straight from the accumulator."""
+def test_cute_compile_epilogue_stores(option, stores, shared_b16):
+    """The output stores. The build (``smem_epilogue`` and ``stmatrix_epilogue``, in SCHEDULE):
+    O into the Q tile with 8 ``stmatrix`` a thread, then 16-byte global stores and no 4-byte ones.
+    Without ``stmatrix_epilogue``: the 64 2-byte shared stores of a thread's O elements instead
+    (the one other 2-byte shared store is elsewhere in the kernel). Without either: 4-byte stores
+    straight from the accumulator."""
     from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
@@ -263,8 +270,20 @@ def test_cute_compile_epilogue_stores(option, stores):
     ptx = compiled.ptx
     _check_hopper_ptx(ptx)
     assert re.search(stores, ptx)
+    stmatrix = len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", ptx))
+    assert stmatrix == (8 if not option else 0), f"{stmatrix} stmatrix"
+    assert len(re.findall(r"st\.shared\.b16", ptx)) == shared_b16
     if not option:
         assert not re.search(r"st\.global\.b32", ptx)
+
+
+def test_cute_stmatrix_epilogue_needs_smem_epilogue():
+    """``stmatrix_epilogue`` writes O into the Q tile, so it refuses a build without ``smem_epilogue``."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    with pytest.raises(ValueError, match="stmatrix_epilogue needs smem_epilogue"):
+        cute_fwd_sm90.RelAttnFwdSm90(config, smem_epilogue=False, stmatrix_epilogue=True)
 
 
 @pytest.mark.slow
@@ -282,7 +301,8 @@ def test_cute_compile_bias_bulk(tmp_path):
             lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
         ).ptx
 
-    bulk, chunked = ptx(bias_bulk=True), ptx(bias_bulk=False)
+    # lean_mask (in SCHEDULE) needs bias_bulk, so both sides build without it
+    bulk, chunked = ptx(bias_bulk=True, lean_mask=False), ptx(bias_bulk=False, lean_mask=False)
     _check_hopper_ptx(bulk, bias_bulk=True)
     _check_hopper_ptx(chunked, bias_bulk=False)
     assert "cp.async.bulk.shared" not in chunked

@@ -82,7 +82,7 @@ SMEM_LIMIT = 227 * 1024
 SCHEDULE = dict(
     fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, band_split=True, late_rescale=True,
     smem_epilogue=True, fence_gathered_only=True, bias_per_wg="tile_pages", producer_regs=32, consumer_regs=232,
-    bias_bulk=True, kv_len_mask=False, lean_mask=True, rescale_threshold=8.0,
+    bias_bulk=True, kv_len_mask=False, lean_mask=True, rescale_threshold=8.0, stmatrix_epilogue=True,
 )
 
 #: What the compact grid's build changes over :data:`SCHEDULE`: its producer warpgroup keeps the
@@ -250,9 +250,6 @@ class RelAttnFwdSm90:
     - ``stmatrix_epilogue``: with ``smem_epilogue``, the normalised O is converted in registers
       and written into the Q tile with ``stmatrix`` (8 stores a thread, 8 8x8 matrices each)
       instead of 64 2-byte stores, each with its own swizzled address.
-    - ``chunk_step``: the consumers' Q gather and O store address a thread's later 16-byte chunks
-      by a fixed step of tokens from its first (``tile rows a pass / q_per_kv``, when that
-      divides) instead of recomputing each chunk's token, head and 64-bit address.
     - ``fence_gathered_only``: with ``consumer_fence``, fence only after waiting for a stage the
       producer gathered with ``cp.async`` (generic proxy); a stage loaded by TMA (``tma_kv``) is
       written by the async proxy that wgmma reads through, and needs none.
@@ -299,7 +296,7 @@ class RelAttnFwdSm90:
                  lean_mask: bool = False, rescale_threshold: float = 0.0,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
-                 stmatrix_epilogue: bool = False, chunk_step: bool = False):  # fmt: skip
+                 stmatrix_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -348,7 +345,6 @@ class RelAttnFwdSm90:
         if stmatrix_epilogue and not smem_epilogue:
             raise ValueError("stmatrix_epilogue needs smem_epilogue (it writes O into the Q tile)")
         self.stmatrix_epilogue = stmatrix_epilogue
-        self.chunk_step = chunk_step
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -1165,20 +1161,12 @@ class RelAttnFwdSm90:
     def _chunk_at(self, mX: cute.Tensor, tQcQ, m: cutlass.Constexpr, m_block, q_start, q_head0):
         """``(token, byte address)`` of this thread's ``m``-th 16-byte chunk of the (tokens, heads,
         head_dim) tensor ``mX`` (Q's gather, O's store; ``tQcQ``: the chunks' tile coordinates).
-        With ``chunk_step`` and a pass of the copy covering whole tokens, chunk ``m`` is chunk 0
-        moved by ``m`` passes' tokens: one multiply-add instead of a token, head and address each."""
-        G = self.group
-        rows_per_pass = self.num_mma_threads // self.copy_cols
-        row0 = m_block * self.tile_m + tQcQ[0, 0, 0][0]
-        if const_expr(self.chunk_step and rows_per_pass % G == 0):
-            tok0 = row0 // G
-            address0 = (mX.iterator + cute.crd2idx((q_start + tok0, q_head0 + row0 % G, tQcQ[0, 0, 0][1]),
-                                                   mX.layout)).toint()  # fmt: skip
-            step = (mX.iterator + cute.crd2idx((m * (rows_per_pass // G), 0, 0), mX.layout)).toint() - mX.iterator.toint()
-            return tok0 + m * (rows_per_pass // G), address0 + step
+        The address is computed whether or not the token is the request's; only the caller's
+        access is guarded by ``token < q_len``."""
         row = m_block * self.tile_m + tQcQ[0, m, 0][0]
-        tok = row // G
-        address = (mX.iterator + cute.crd2idx((q_start + tok, q_head0 + row % G, tQcQ[0, m, 0][1]), mX.layout)).toint()
+        tok = row // self.group
+        address = (mX.iterator + cute.crd2idx((q_start + tok, q_head0 + row % self.group, tQcQ[0, m, 0][1]),
+                                              mX.layout)).toint()  # fmt: skip
         return tok, address
 
     @cute.jit

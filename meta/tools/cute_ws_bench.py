@@ -56,7 +56,7 @@ VARIANTS = {
     # the build itself (schedule(config)), compiled and called as the variants are: the harness's control
     "default": {},
     # the schedule measured at 46a147e (RelAttnFwdSm90's keyword defaults)
-    "old": dict(bias_per_wg=False, band_split=False, late_rescale=False, smem_epilogue=False, fence_gathered_only=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
+    "old": dict(bias_per_wg=False, band_split=False, late_rescale=False, smem_epilogue=False, stmatrix_epilogue=False, fence_gathered_only=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
                 consumer_regs=240),
     "no_fresh": dict(fresh_scores=False),
     "no_pagereuse": dict(page_reuse=False, producer_regs=24, consumer_regs=240),
@@ -86,7 +86,7 @@ VARIANTS = {
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
     "no_split": dict(band_split=False),
-    "no_smem_epi": dict(smem_epilogue=False),
+    "no_smem_epi": dict(smem_epilogue=False, stmatrix_epilogue=False),
     # the proxy fence after every K/V stage, TMA-loaded ones too (the build fences gathered stages only)
     "fence_all": dict(fence_gathered_only=False),
     # the bias buffer's halves refilled per consumer warpgroup
@@ -97,11 +97,8 @@ VARIANTS = {
     # the exact running maximum as every row's softmax offset and the running O rescaled every
     # tile (the build keeps an offset until a tile passes it by more than 8, in log2 units)
     "no_rescale_threshold": dict(rescale_threshold=0.0),
-    # the epilogue's O into the Q tile with stmatrix (the build: one 2-byte store an element)
-    "stmatrix_epilogue": dict(stmatrix_epilogue=True),
-    # Q's gather and O's store step a fixed number of tokens a pass (the build: each chunk's own address)
-    "chunk_step": dict(chunk_step=True),
-    "lean_epilogue": dict(stmatrix_epilogue=True, chunk_step=True),
+    # the epilogue's O into the Q tile one 2-byte store an element (the build: stmatrix)
+    "no_stmatrix_epilogue": dict(stmatrix_epilogue=False),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
 CONFIG_FIELDS = {"compact_grid"}
