@@ -65,3 +65,24 @@ def test_main_compares_two_runs_and_refuses_a_csv_without_sass(tmp_path, capsys)
     empty = _csv(tmp_path / "empty.csv.gz", [])
     with pytest.raises(SystemExit, match="no SASS rows"):
         sass_stalls.main([empty])
+
+
+def test_ranges_cut_at_the_register_handoffs_and_the_last_gemm(tmp_path, capsys):
+    """``--ranges``: prologue before the first USETMAXREG, producer up to the second, consumer
+    loop through the last HGMMA, epilogue after it; a kernel without the marks is refused."""
+    rows = [(0x00, "MOV R1, R2", 1, 10, 1, 0), (0x10, "USETMAXREG.DEALLOC.CTAPOOL 0x20", 2, 10, 0, 0),
+            (0x20, "UBLKCP.S.G [UR12], [UR10], UR8", 3, 20, 3, 0), (0x30, "EXIT", 0, 4, 0, 0),
+            (0x40, "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8", 4, 10, 0, 4),
+            (0x50, "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], R24", 5, 30, 5, 0),
+            (0x60, "MUFU.EX2 R6, R6", 6, 30, 6, 0), (0x70, "HGMMA.64x128x16.F32.BF16 R88, R152, gdesc[UR4], R88", 7, 30, 0, 7),
+            (0x80, "STSM.16.M88.4 [R44], R24", 8, 10, 8, 0), (0x90, "EXIT", 0, 10, 0, 0)]  # fmt: skip
+    path = _csv(tmp_path / "r.csv.gz", rows)
+    spans = sass_stalls.by_range(sass_stalls.read_sass(path))
+    assert {k: v[:2] for k, v in spans.items()} == {
+        "prologue": (1, 10), "producer": (5, 34), "consumer loop": (22, 100), "epilogue": (8, 20)
+    }  # fmt: skip
+    assert sass_stalls.main([path, path, "--ranges"]) == 0
+    out = capsys.readouterr().out
+    assert "consumer loop" in out and "no_inst" in out
+    with pytest.raises(SystemExit, match="expected two USETMAXREG"):
+        sass_stalls.by_range(sass_stalls.read_sass(_csv(tmp_path / "p.csv.gz", _program())))

@@ -22,5 +22,5 @@ for v in "" :allplain; do
     || ncu -i "$out/src_$name.ncu-rep" --page source --csv > "$out/cute_sass_${case}_${name}_$sha.csv"
   gzip -f "$out/cute_sass_${case}_${name}_$sha.csv"; rm -f "$out/src_$name.ncu-rep"
 done
-python3 meta/tools/sass_stalls.py "$out/cute_sass_${case}_build_$sha.csv.gz" "$out/cute_sass_${case}_allplain_$sha.csv.gz" --top 20 \
+python3 meta/tools/sass_stalls.py "$out/cute_sass_${case}_build_$sha.csv.gz" "$out/cute_sass_${case}_allplain_$sha.csv.gz" --top 20 --ranges \
   | tee "$out/sass_stalls_${case}_$sha.txt"

@@ -19,6 +19,12 @@ For each region it prints the stall samples, their share, the warp instructions 
 the top stall reasons; with a second CSV (e.g. the ``allplain`` variant), both side by side and
 the difference. ``--top N`` lists the N instructions with the most samples (offset from the
 kernel's first instruction, block, region, samples, executions, the two top reasons).
+
+``--ranges`` adds the same table by code range instead of by block kind: the ``prologue``
+(before the first ``USETMAXREG``, the warp-specialised branch), the ``producer`` (up to the
+second, the consumers' ``setmaxnreg`` increase), the ``consumer loop`` (up to the last
+``HGMMA``) and the ``epilogue`` (after it), with each range's ``no_inst`` (instruction fetch)
+samples.
 """
 
 from __future__ import annotations
@@ -115,10 +121,39 @@ def by_region(instructions: list[Instruction]) -> dict[str, tuple[int, int, Coun
     return {k: (s, e, c) for k, (s, e, c) in agg.items()}
 
 
+RANGES = ("prologue", "producer", "consumer loop", "epilogue")
+
+
+def by_range(instructions: list[Instruction]) -> dict[str, tuple[int, int, Counter]]:
+    """range (``RANGES``, the module docstring's ``--ranges``) -> (stall samples, warp
+    instructions executed, stall reasons). A kernel without two ``USETMAXREG`` or without an
+    ``HGMMA`` is refused (SystemExit): its code cannot be cut that way."""
+    marks = [i.offset for i in instructions if i.opcode.startswith("USETMAXREG")]
+    gemms = [i.offset for i in instructions if i.opcode.startswith("HGMMA")]
+    if len(marks) < 2 or not gemms:
+        raise SystemExit(f"--ranges: expected two USETMAXREG and an HGMMA, found {len(marks)} and {len(gemms)}")
+    producer, consumer, last_gemm = marks[0], marks[1], max(gemms)
+    agg: dict = {name: [0, 0, Counter()] for name in RANGES}
+    for i in instructions:
+        if i.offset < producer:
+            name = "prologue"
+        elif i.offset < consumer:
+            name = "producer"
+        elif i.offset <= last_gemm:
+            name = "consumer loop"
+        else:
+            name = "epilogue"
+        agg[name][0] += i.samples
+        agg[name][1] += i.executed
+        agg[name][2].update(i.stalls)
+    return {k: (s, e, c) for k, (s, e, c) in agg.items()}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("csv", nargs="+", help="one or two ncu source CSVs (the second: the comparison)")
     p.add_argument("--top", type=int, default=0, help="list the N instructions with the most samples (first CSV)")
+    p.add_argument("--ranges", action="store_true", help="also split by code range (prologue, producer, consumer loop, epilogue)")
     args = p.parse_args(argv)
     if len(args.csv) > 2:
         p.error("at most two CSVs")
@@ -139,6 +174,17 @@ def main(argv=None) -> int:
         else:
             line += "   " + ", ".join(f"{r} {v}" for r, v in reasons.most_common(4) if v)
         print(line)
+    if args.ranges:
+        spans = [by_range(r) for r in runs]
+        print(f"\n{'range':16s} {'samples':>8s} {'share':>6s} {'warp instr':>11s} {'no_inst':>8s}"
+              + ("   | other: samples  share  warp instr  no_inst" if len(runs) == 2 else ""))  # fmt: skip
+        for name in RANGES:
+            line = ""
+            for k, (span, total) in enumerate(zip(spans, totals)):
+                s, e, reasons = span[name]
+                cells = f"{s:8d} {s / total:6.1%} {e:11d} {reasons['no_inst']:8d}"
+                line += f"{name:16s} {cells}" if k == 0 else f"   | {cells:>37s}"
+            print(line)
     if args.top:
         where = {}
         for k, block in enumerate(blocks(runs[0])):
