@@ -52,15 +52,21 @@ def _compile_ptx(problem: RelAttnProblem) -> str:
     return compiled.ptx
 
 
-def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = None, compact_grid: bool = False) -> None:
-    """What every build of the kernel holds. ``bias_bulk``: whether the bias rows are bulk copies
-    (None: as in SCHEDULE); ``compact_grid``: the compact grid's build (its register split)."""
+def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = None, compact_grid: bool = False,
+                      stmatrix: bool | None = None) -> None:  # fmt: skip
+    """What every build of the kernel holds. ``bias_bulk``: whether the bias rows are bulk copies;
+    ``stmatrix``: whether O goes into shared memory by ``stmatrix`` (None: as in SCHEDULE);
+    ``compact_grid``: the compact grid's build (its register split)."""
     from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8, compact_grid=compact_grid)
     built = cute_fwd_sm90.schedule(config)
     if bias_bulk is None:
         bias_bulk = built.get("bias_bulk", False)
+    if stmatrix is None:
+        stmatrix = built.get("stmatrix_epilogue", False)
+    # the epilogue's O into shared memory: 8 stmatrix (x4, four 8x8 matrices each) a thread
+    assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", ptx)) == (8 if stmatrix else 0)
     assert ".target sm_90a" in ptx
     # QK^T (k = head_dim / 16 = 8 instructions) and PV (k = tile_n / 16 = 8), m64n128k16
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) >= 16
@@ -268,10 +274,8 @@ def test_cute_compile_epilogue_stores(option, stores, shared_b16):
         lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **option), arch="sm_90a", ptx=True
     )
     ptx = compiled.ptx
-    _check_hopper_ptx(ptx)
+    _check_hopper_ptx(ptx, stmatrix=not option)  # 8 stmatrix in the build, none in the others
     assert re.search(stores, ptx)
-    stmatrix = len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", ptx))
-    assert stmatrix == (8 if not option else 0), f"{stmatrix} stmatrix"
     assert len(re.findall(r"st\.shared\.b16", ptx)) == shared_b16
     if not option:
         assert not re.search(r"st\.global\.b32", ptx)
