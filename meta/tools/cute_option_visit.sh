@@ -15,8 +15,8 @@ cases=${CASES:-prefill8k_global_page128,prefill8k_sliding_page128,prefill8k_glob
 n=$(echo $cases | tr , '\n' | wc -l)
 for order in default,$variant $variant,default; do
   echo "== $order"
-  timeout ${BENCH_TIMEOUT:-170} python3 meta/tools/cute_ws_bench.py --out "$out" --variants $order --cases $cases > "$out/${order/,/_}_$sha.log" 2>&1
-  tail -$((n + 1)) "$out/${order/,/_}_$sha.log" | cut -d'|' -f1-5,8
+  timeout ${BENCH_TIMEOUT:-170} python3 meta/tools/cute_ws_bench.py --out "$out" --variants $order --cases $cases > "$out/${order//,/_}_$sha.log" 2>&1
+  tail -$((n + 1)) "$out/${order//,/_}_$sha.log" | cut -d'|' -f1-5,8
 done
 kernel=inkling_ops/kernels/cute_fwd_sm90.py
 cp $kernel /tmp/cute_fwd_sm90.py.keep
