@@ -250,9 +250,6 @@ class RelAttnFwdSm90:
     - ``stmatrix_epilogue``: with ``smem_epilogue``, the normalised O is converted in registers
       and written into the Q tile with ``stmatrix`` (8 stores a thread, 8 8x8 matrices each)
       instead of 64 2-byte stores, each with its own swizzled address.
-    - ``first_masked``: with ``band_split``, the walk's first key tile (the diagonal, always in
-      the band) goes through the masked band body alone, which is right for any tile, instead of
-      the choice of three bodies the loop makes: less code run once a CTA.
     - ``fence_gathered_only``: with ``consumer_fence``, fence only after waiting for a stage the
       producer gathered with ``cp.async`` (generic proxy); a stage loaded by TMA (``tma_kv``) is
       written by the async proxy that wgmma reads through, and needs none.
@@ -299,7 +296,7 @@ class RelAttnFwdSm90:
                  lean_mask: bool = False, rescale_threshold: float = 0.0,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
-                 stmatrix_epilogue: bool = False, first_masked: bool = False):  # fmt: skip
+                 stmatrix_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -348,7 +345,6 @@ class RelAttnFwdSm90:
         if stmatrix_epilogue and not smem_epilogue:
             raise ValueError("stmatrix_epilogue needs smem_epilogue (it writes O into the Q tile)")
         self.stmatrix_epilogue = stmatrix_epilogue
-        self.first_masked = first_masked
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -880,16 +876,8 @@ class RelAttnFwdSm90:
             self._sched_signal(wg_idx, True)
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
-            if const_expr(self.first_masked and self.band_split and not self.debug_all_plain):
-                # the walk's first tile (the diagonal, always in the band) by the masked body alone,
-                # which is right for any tile: one body of code where the loop has three
-                acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
-                self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band, rel_extent,
-                                  window, kv_len, scale_log2 * (1.0 / LOG2_E), b_half, True, False)  # fmt: skip
-                self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
-            else:
-                self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
+            self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
+                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):

@@ -99,9 +99,6 @@ VARIANTS = {
     "no_rescale_threshold": dict(rescale_threshold=0.0),
     # the epilogue's O into the Q tile one 2-byte store an element (the build: stmatrix)
     "no_stmatrix_epilogue": dict(stmatrix_epilogue=False),
-    # the walk's first tile by the masked band body alone (the build: plain, unmasked and masked
-    # bodies there as in the loop); 504 fewer SASS instructions, 8 KB less code
-    "first_masked": dict(first_masked=True),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
 CONFIG_FIELDS = {"compact_grid"}
