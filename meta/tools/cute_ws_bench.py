@@ -40,6 +40,13 @@ CASES = {
     "prefill8k_sliding_page16": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=16),
     "serving_chunk2k_decodes63_sliding_page128": dict(q_lens=[2048] + [1] * 63, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=128),
     "chunk2k_on16k_x4_sliding_page128": dict(q_lens=[2048] * 4, kv_lens=[16384] * 4, num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=128),
+    "serving_chunk2k_decodes63_global_page128": dict(q_lens=[2048] + [1] * 63, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
+    # what splitting each decode's keys in two would buy on the serving batch, bounded without a
+    # split kernel: the 63 decodes at 8K as 126 at 4K (the same keys a decode, twice the CTAs at
+    # half the walk; each half here stages its own band, a real split's lower half none, and
+    # there is no merge). docs/cute_kernels.md, "Decodes inside serving batches".
+    "serving_chunk2k_decodes126at4k_global_page16": dict(q_lens=[2048] + [1] * 126, kv_lens=[8192] + [4096] * 126, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
+    "serving_chunk2k_decodes126at4k_global_page128": dict(q_lens=[2048] + [1] * 126, kv_lens=[8192] + [4096] * 126, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
 }  # fmt: skip
 #: the variants timed on each case (besides the default). The variants measured at 58f8ec6
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
