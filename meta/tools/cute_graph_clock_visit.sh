@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Why 8K global page 128 replays ~5% slower under a CUDA graph than eagerly (cute only; flash-attn-4
-# and page 16 show no such gap; it appeared with lean_mask in SCHEDULE, BENCHMARKS "432109e"):
-# both clocks of prefill8k_global (pages 16 and 128) for the build and for SCHEDULE edits, each in a
+# Both clocks of prefill8k_global (pages 16 and 128) for the build and for SCHEDULE edits, each in a
 # process of its own (the device copy of the kernel edited by sed, so its source hash and cache key
-# change), with flash-attn-4 without the bias as the control, in the order given.
+# change), with flash-attn-4 without the bias as the control, in the order given. Written for the
+# peer runs' graph clock on 8K global page 128 (up to 5% above the eager one since 432109e): at
+# 65686ba every process here read both clocks within 0.8%, so that gap is the peer run's
+# (meta/TUNING.md, "The graph clock's 5%").
 #   . /tmp/site/env.sh && bash meta/tools/cute_graph_clock_visit.sh [build lean_off tma_off ...]
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/out}; mkdir -p "$out"
