@@ -142,7 +142,8 @@ def test_cute_prepared_call_passes_what_run_passes(monkeypatch):
         assert all(a is b for a, b in zip(ran[:8], bound[:8])) and ran[8:] == bound[8:]
         assert bound[:8] == (args.q, args.key_cache, args.value_cache, out, args.block_table, args.cache_seqlens,
                              args.cu_seqlens_q, args.rel_logits)  # fmt: skip
-        assert bound[8:] == (case.softmax_scale, window if 0 <= window < cute_backend.NO_WINDOW else cute_backend.NO_WINDOW, 3)
+        window_arg = window if 0 <= window < cute_backend.NO_WINDOW else cute_backend.NO_WINDOW
+        assert bound[8:] == (case.softmax_scale, window_arg, 3, None, None)  # no decode_splits workspace
         assert backend.prepare(plan, problem, args, out) is None  # CPU tensors: no prepared launch
 
 

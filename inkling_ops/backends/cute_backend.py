@@ -269,7 +269,7 @@ class CuteBackend(Backend):
 
         def prepared(args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:
             q, k, v, table, seqlens, cu, rel = args
-            fn(q, k, v, out, table, seqlens, cu, rel, scale, window, max_q)
+            fn(q, k, v, out, table, seqlens, cu, rel, scale, window, max_q, None, None)
 
         return prepared
 
@@ -292,4 +292,4 @@ class CuteBackend(Backend):
         if table.stride(-1) != 1:
             table = table.contiguous()
         window = kernel_window(problem.window_left)
-        fn(q, k, v, out, table, seqlens, cu, rel, problem.softmax_scale, window, problem.max_seqlen_q)
+        fn(q, k, v, out, table, seqlens, cu, rel, problem.softmax_scale, window, problem.max_seqlen_q, None, None)

@@ -106,6 +106,9 @@ VARIANTS = {
     "no_rescale_threshold": dict(rescale_threshold=0.0),
     # the epilogue's O into the Q tile one 2-byte store an element (the build: stmatrix)
     "no_stmatrix_epilogue": dict(stmatrix_epilogue=False),
+    # (experiment) a single-tile request's key tiles walked by 2 blocks, merged by a second launch
+    # (inkling_ops/kernels/triton_split_merge.py); the compact grid, which it needs, on every case
+    "decode_splits2": dict(compact_grid=True, decode_splits=2),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
 CONFIG_FIELDS = {"compact_grid"}
@@ -131,8 +134,9 @@ def _bench(fn) -> float:
 
 
 def _variant_fn(name, case):
-    """(variant ``name`` compiled for ``case``, the seconds its compile took, the kernel's window
-    argument for the case as the backend passes it)."""
+    """(variant ``name`` compiled for ``case``, called with the backend's 11 arguments, the seconds
+    its compile took, the kernel's window argument for the case as the backend passes it). With
+    ``decode_splits`` the call also passes the workspace and merges the split requests' rows."""
     from inkling_ops.backends import cute_backend
     from inkling_ops.kernels import cute_fwd_sm90
 
@@ -146,8 +150,23 @@ def _variant_fn(name, case):
     t0 = time.perf_counter()
     if (name, config) not in _COMPILED:
         _COMPILED[name, config] = cute_fwd_sm90.compile_fwd(config, options="--enable-tvm-ffi --gpu-arch sm_90a", **options)
+    compiled, compile_s = _COMPILED[name, config], time.perf_counter() - t0
+    splits = options.get("decode_splits", 1)
+    if splits == 1:
+        fn = lambda *args: compiled(*args, None, None)  # noqa: E731
+    else:
+        from inkling_ops.kernels.triton_split_merge import merge_splits
+
+        shape = (splits, case.cu_seqlens_q.shape[0] - 1, case.key_cache.shape[2], config.tile_m)
+        o_part = torch.empty(*shape, HEAD_DIM, dtype=torch.float32, device=case.q.device)
+        lse_part = torch.empty(shape, dtype=torch.float32, device=case.q.device)
+
+        def fn(*args):
+            compiled(*args, o_part, lse_part)
+            merge_splits(o_part, lse_part, args[3], args[6])
+
     # the window argument as the backend passes it
-    return _COMPILED[name, config], time.perf_counter() - t0, cute_backend.kernel_window(case.window_size[0])
+    return fn, compile_s, cute_backend.kernel_window(case.window_size[0])
 
 
 def _fa4_fn(case, out_shape):
