@@ -147,6 +147,38 @@ def test_cute_prepared_call_passes_what_run_passes(monkeypatch):
         assert backend.prepare(plan, problem, args, out) is None  # CPU tensors: no prepared launch
 
 
+def test_cute_decode_splits_plan_and_calls(monkeypatch):
+    """With ``DECODE_SPLITS`` at 2 (the switch is 1 until the GPU checks run): a global call on the
+    compact grid plans ``decode_splits`` 2 and its workspace; sliding and dense-grid calls do not
+    split. Both the run path and the prepared call hand the kernel the stream's workspace views,
+    then merge from those same views into ``out``."""
+    from inkling_ops import workspace
+    from inkling_ops.kernels import triton_split_merge
+
+    backend = planning.get_backend("cute")
+    monkeypatch.setattr(cute_backend, "DECODE_SPLITS", 2)
+    monkeypatch.setattr(workspace, "_capturing", lambda: True)  # CPU tensors: a workspace per call, none kept
+    case, args, out, problem, plan = _bound_calls(([20, 1], [40, 30]))
+    assert plan.key.compact_grid and plan.launch.decode_splits == 2
+    assert plan.workspace_bytes == 4 * (2 * 2 * 2 * 128) * (128 + 1)  # S, B, kv heads, tile_m; D + 1
+    assert _bound_calls(([20, 1], [40, 30]), window_size=(7, 0))[4].launch.decode_splits == 1  # sliding
+    assert _bound_calls(([3, 1], [40, 20]))[4].launch.decode_splits == 1  # decode class: the dense grid
+    calls, merges = [], []
+    monkeypatch.setitem(backend._by_key, plan.key, lambda *a: calls.append(a))
+    monkeypatch.setattr(triton_split_merge, "merge_splits", lambda *a: merges.append(a))
+    backend.run(plan, problem, args, out)
+    prepared = backend._prepare(plan, problem, args, out)
+    prepared(args, tuple(t.data_ptr() for t in (*args, out)), out)
+    assert len(calls) == len(merges) == 2
+    for call, merge in zip(calls, merges):
+        o_part, lse_part = call[11:]
+        assert o_part.shape == (2, 2, 2, 128, 128) and lse_part.shape == (2, 2, 2, 128)
+        assert o_part.dtype == lse_part.dtype == torch.float32
+        assert merge[0] is o_part and merge[1] is lse_part and merge[2] is out and merge[3] is args.cu_seqlens_q
+    monkeypatch.setattr(cute_backend, "DECODE_SPLITS", 1)
+    assert planning.plan(problem._replace(device_type="cuda"), H200, backend="cute").workspace_bytes == 0
+
+
 def test_cute_prepare_leaves_copies_and_refusals_to_run(monkeypatch):
     backend = planning.get_backend("cute")
     case, args, out, problem, plan = _bound_calls(([2], [30]))

@@ -108,6 +108,15 @@ class CuteFwdConfig:
     request, whose blocks past a short request exit at once (a serving batch of a 2K chunk and 63
     decodes is 8,192 such blocks a KV head, 191 of them with work). The backend's plan chooses it
     per call (``cute_backend.compact_grid``).
+
+    ``decode_splits`` (with ``compact_grid``): a request whose packed rows fit one M tile (a
+    decode, a short verify) gets that many blocks, each walking one contiguous part of its key
+    tiles (the first part holds the diagonal and the band); each writes its normalised O in fp32
+    and its rows' base-2 log-sum-exp to the workspace ``(o_part, lse_part)``, shapes
+    ``(S, B, kv_heads, tile_m, D)`` and ``(S, B, kv_heads, tile_m)`` with rows packed as in the
+    M tile, instead of ``out``; ``triton_split_merge.merge_splits`` then writes those requests'
+    rows of ``out``. Longer requests run as without it. 1: no split. The plan chooses it per call
+    (``cute_backend.decode_splits``).
     """
 
     dtype: str  # "bfloat16" or "float16"
@@ -116,6 +125,17 @@ class CuteFwdConfig:
     tile_m: int = 128
     tile_n: int = 128
     compact_grid: bool = False
+    decode_splits: int = 1
+
+    def __post_init__(self) -> None:
+        if self.decode_splits not in (1, 2, 3, 4):
+            raise ValueError(f"decode_splits is {self.decode_splits!r}; expected 1, 2, 3 or 4")
+        if self.decode_splits > 1 and not self.compact_grid:
+            raise ValueError("decode_splits > 1 needs compact_grid (a split request's blocks are found by the scan)")
+
+    def workspace_shape(self, num_reqs: int, num_kv_heads: int) -> tuple[int, int, int, int]:
+        """``lse_part``'s shape (``o_part`` adds ``head_dim``) for ``decode_splits``."""
+        return (self.decode_splits, num_reqs, num_kv_heads, self.tile_m)
 
     @property
     def num_mma_threads(self) -> int:
@@ -250,13 +270,6 @@ class RelAttnFwdSm90:
     - ``stmatrix_epilogue``: with ``smem_epilogue``, the normalised O is converted in registers
       and written into the Q tile with ``stmatrix`` (8 stores a thread, 8 8x8 matrices each)
       instead of 64 2-byte stores, each with its own swizzled address.
-    - ``decode_splits`` (experiment; with ``config.compact_grid``): a request whose rows fit one
-      M tile (a decode, a short verify) gets that many blocks, each walking one contiguous part of
-      the key tiles (the first part holds the diagonal and the band), and each writes its
-      normalised O in fp32 and its rows' base-2 log-sum-exp to the workspace ``(o_part, lse_part)``
-      (shapes ``(S, B, kv_heads, tile_m, D)`` and ``(S, B, kv_heads, tile_m)``, rows packed as in
-      the M tile) instead of ``out``; ``triton_split_merge.merge_splits`` then writes those
-      requests' rows of ``out``. Longer requests run as without it. 1: no split.
     - ``fence_gathered_only``: with ``consumer_fence``, fence only after waiting for a stage the
       producer gathered with ``cp.async`` (generic proxy); a stage loaded by TMA (``tma_kv``) is
       written by the async proxy that wgmma reads through, and needs none.
@@ -303,7 +316,7 @@ class RelAttnFwdSm90:
                  lean_mask: bool = False, rescale_threshold: float = 0.0,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
-                 stmatrix_epilogue: bool = False, decode_splits: int = 1):  # fmt: skip
+                 stmatrix_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -352,11 +365,7 @@ class RelAttnFwdSm90:
         if stmatrix_epilogue and not smem_epilogue:
             raise ValueError("stmatrix_epilogue needs smem_epilogue (it writes O into the Q tile)")
         self.stmatrix_epilogue = stmatrix_epilogue
-        if decode_splits not in (1, 2, 3, 4):
-            raise ValueError(f"decode_splits is {decode_splits!r}; expected 1, 2, 3 or 4")
-        if decode_splits > 1 and not config.compact_grid:
-            raise ValueError("decode_splits > 1 needs config.compact_grid (blocks found by a scan of the requests)")
-        self.decode_splits = decode_splits
+        self.decode_splits = config.decode_splits
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -1307,7 +1316,7 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     Call signature of the result: ``(q, key_cache, value_cache, out, block_table, cache_seqlens,
     cu_seqlens_q, rel_logits, softmax_scale: float, window: int, max_seqlen_q: int, o_part, lse_part)``;
     ``window``: keys at distance ``d <= window`` are visible (a huge value, e.g. ``2**30``, for no
-    window); ``o_part`` / ``lse_part``: the ``decode_splits`` workspace (see :class:`RelAttnFwdSm90`),
+    window); ``o_part`` / ``lse_part``: the ``decode_splits`` workspace (see :class:`CuteFwdConfig`),
     None without it.
     ``variant``: keyword arguments of :class:`RelAttnFwdSm90` over :func:`schedule` (schedule
     experiments; the backend uses :func:`schedule` as it is).
@@ -1333,9 +1342,9 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     kernel = RelAttnFwdSm90(config, **{**schedule(config), **variant})
     o_part = lse_part = None
-    if kernel.decode_splits > 1:
+    if config.decode_splits > 1:
         # the split requests' workspace, (S, B, kv_heads, tile_m, D) and (S, B, kv_heads, tile_m) fp32, contiguous
-        part = (sym(), sym(), sym(), config.tile_m)
+        part = (config.decode_splits, sym(), sym(), config.tile_m)
         o_part = make_fake_tensor(Float32, (*part, D), (sym(8, True), sym(8, True), sym(8), D, 1), assumed_align=16)
         lse_part = make_fake_tensor(Float32, part, (sym(wide=True), sym(), sym(), 1), assumed_align=4)
     return cute.compile(

@@ -106,12 +106,12 @@ VARIANTS = {
     "no_rescale_threshold": dict(rescale_threshold=0.0),
     # the epilogue's O into the Q tile one 2-byte store an element (the build: stmatrix)
     "no_stmatrix_epilogue": dict(stmatrix_epilogue=False),
-    # (experiment) a single-tile request's key tiles walked by 2 blocks, merged by a second launch
+    # a single-tile request's key tiles walked by 2 blocks, merged by a second launch
     # (inkling_ops/kernels/triton_split_merge.py); the compact grid, which it needs, on every case
     "decode_splits2": dict(compact_grid=True, decode_splits=2),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
-CONFIG_FIELDS = {"compact_grid"}
+CONFIG_FIELDS = {"compact_grid", "decode_splits"}
 #: variants whose output is not the op's (not checked against the reference)
 UNCHECKED = {"allplain", "bias_nostage"}
 _COMPILED: dict = {}
@@ -151,7 +151,7 @@ def _variant_fn(name, case):
     if (name, config) not in _COMPILED:
         _COMPILED[name, config] = cute_fwd_sm90.compile_fwd(config, options="--enable-tvm-ffi --gpu-arch sm_90a", **options)
     compiled, compile_s = _COMPILED[name, config], time.perf_counter() - t0
-    splits = options.get("decode_splits", 1)
+    splits = config.decode_splits
     if splits == 1:
         fn = lambda *args: compiled(*args, None, None)  # noqa: E731
     else:
