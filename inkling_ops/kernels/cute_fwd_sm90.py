@@ -1107,18 +1107,19 @@ class RelAttnFwdSm90:
         for r in cutlass.range(num_reqs, unroll=4):
             q_start, q_end = self._request_rows(mCuSeqlensQ, r, num_tokens)
             tiles = ((q_end - q_start) * G + tile_m - 1) // tile_m
+            single = False
             if const_expr(S > 1):
                 single = tiles == 1
                 tiles = cutlass.select_(single, Int32(S), tiles)
-                hit = tile >= first and tile < first + tiles
-                found_req = cutlass.select_(hit, r, found_req)
-                found_rev = cutlass.select_(hit, cutlass.select_(single, Int32(0), tile - first), found_rev)
+            hit = tile >= first and tile < first + tiles
+            found_req = cutlass.select_(hit, r, found_req)
+            rev = tile - first
+            if const_expr(S > 1):
+                rev = cutlass.select_(single, Int32(0), tile - first)  # a split request: its one M tile
+            found_rev = cutlass.select_(hit, rev, found_rev)
+            if const_expr(S > 1):
                 found_split = cutlass.select_(hit and single, tile - first, found_split)
                 found_is_split = cutlass.select_(hit and single, Int32(1), found_is_split)
-            else:
-                hit = tile >= first and tile < first + tiles
-                found_req = cutlass.select_(hit, r, found_req)
-                found_rev = cutlass.select_(hit, tile - first, found_rev)
             first = first + tiles
         # block-uniform, as the block indices they replace (so they stay in uniform registers)
         uniform = cute.arch.make_warp_uniform
