@@ -233,6 +233,49 @@ def test_cute_repeated_eager_calls_take_the_prepared_call_and_stay_correct():
     assert len(misaligned) == 1
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(_hopper_with_cute() is not None, reason=str(_hopper_with_cute()))
+def test_cute_decode_splits_in_a_cuda_graph_with_changing_metadata(monkeypatch, request):
+    """``decode_splits`` switched on: a serving batch of a global layer (a chunk and decodes, the
+    compact grid) captured in one CUDA graph, the split kernel, its workspace and the merge
+    included, then replayed after the query split, the lengths and the block table change in
+    place; each replay matches the reference."""
+    import inkling_ops
+    from inkling_ops import call_cache
+
+    monkeypatch.setattr(cute_backend, "DECODE_SPLITS", 2)
+    call_cache.clear()
+    request.addfinalizer(call_cache.clear)
+    case = make_case([300] + [1] * 5, [900, 700, 33, 1500, 2048, 400], num_heads=8, num_kv_heads=1, head_dim=128,
+                     rel_extent=256, dtype=torch.bfloat16, device="cuda", spare_blocks=40, extra_table_cols=4)  # fmt: skip
+    assert cute_backend.decode_splits(planning.plan(case.problem(), H200, "cute").key) == 2
+    out = torch.zeros_like(case.q)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="cute", out=out)  # compiles
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="cute", out=out)
+    splits = [[0, 300, 301, 302, 303, 304, 305], [0, 1, 2, 290, 300, 304, 305], [0, 16, 17, 300, 301, 302, 305]]
+    for step, cu in enumerate(splits):  # every q_len <= max_seqlen_q (300)
+        cu = torch.tensor(cu, dtype=torch.int32, device="cuda")
+        case.cu_seqlens_q.copy_(cu)
+        grown = torch.clamp(case.cache_seqlens + 97 * (step + 1), max=case.block_table.shape[1] * case.key_cache.shape[1])
+        case.cache_seqlens.copy_(torch.maximum(grown, (cu[1:] - cu[:-1]).to(torch.int32)))
+        gen = torch.Generator().manual_seed(step)
+        ids = torch.randint(0, case.key_cache.shape[0], tuple(case.block_table.shape), generator=gen)
+        case.block_table.copy_(ids.to(case.block_table))
+        case.key_cache.nan_to_num_(0.5, 0.5, 0.5)
+        case.value_cache.nan_to_num_(0.5, 0.5, 0.5)
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        n = int(cu[-1])
+        torch.testing.assert_close(out[:n].float(), case.reference_fp32()[:n], atol=2e-2, rtol=2e-2, msg=f"replay {step}")
+
+
 def test_cute_default_choice_passes_misaligned_calls_to_triton(monkeypatch):
     """A preferred class with tensors off 16-byte alignment goes to Triton (which has unaligned
     variants) without a warning; asked for by name, cute still takes it (its run() copies or refuses)."""

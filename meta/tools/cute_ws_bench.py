@@ -47,6 +47,13 @@ CASES = {
     # there is no merge). docs/cute_kernels.md, "Decodes inside serving batches".
     "serving_chunk2k_decodes126at4k_global_page16": dict(q_lens=[2048] + [1] * 126, kv_lens=[8192] + [4096] * 126, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
     "serving_chunk2k_decodes126at4k_global_page128": dict(q_lens=[2048] + [1] * 126, kv_lens=[8192] + [4096] * 126, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
+    # decode_splits across decode lengths: short decodes (the split's merge and second block for
+    # little work) to long ones (the decodes' walk is the call's critical path)
+    "serving_chunk2k_decodes63at256_global_page16": dict(q_lens=[2048] + [1] * 63, kv_lens=[2048] + [256] * 63, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
+    "serving_chunk512_decodes127at1k_global_page16": dict(q_lens=[512] + [1] * 127, kv_lens=[2048] + [1024] * 127, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
+    "serving_chunk2k_decodes255at2k_global_page16": dict(q_lens=[2048] + [1] * 255, kv_lens=[4096] + [2048] * 255, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
+    "serving_chunk1k_decodes31at16k_global_page16": dict(q_lens=[1024] + [1] * 31, kv_lens=[16384] * 32, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
+    "serving_chunk1k_decodes31at16k_global_page128": dict(q_lens=[1024] + [1] * 31, kv_lens=[16384] * 32, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
 }  # fmt: skip
 #: the variants timed on each case (besides the default). The variants measured at 58f8ec6
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
