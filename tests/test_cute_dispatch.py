@@ -179,6 +179,25 @@ def test_cute_decode_splits_plan_and_calls(monkeypatch):
     assert planning.plan(problem._replace(device_type="cuda"), H200, backend="cute").workspace_bytes == 0
 
 
+def test_cute_split_workspace_views_fit_a_kept_buffer_grown_by_a_larger_call(monkeypatch):
+    """The stream's kept workspace, grown by a call of more requests, serves a smaller call: its
+    views have the smaller call's shapes and do not overlap (the H200 matrix found this)."""
+    from inkling_ops import workspace
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    workspace.release_workspaces()
+    monkeypatch.setattr(workspace, "_capturing", lambda: False)
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8, compact_grid=True, decode_splits=2)
+    try:
+        big = cute_backend.split_workspace(config, 9, 2, torch.device("cpu"), stream=5)
+        o_part, lse_part = cute_backend.split_workspace(config, 3, 1, torch.device("cpu"), stream=5)
+        assert o_part.data_ptr() == big[0].data_ptr()  # the kept buffer, reused
+        assert o_part.shape == (2, 3, 1, 128, 128) and lse_part.shape == (2, 3, 1, 128)
+        assert lse_part.data_ptr() == o_part.data_ptr() + 4 * o_part.numel()
+    finally:
+        workspace.release_workspaces()
+
+
 def test_cute_prepare_leaves_copies_and_refusals_to_run(monkeypatch):
     backend = planning.get_backend("cute")
     case, args, out, problem, plan = _bound_calls(([2], [30]))

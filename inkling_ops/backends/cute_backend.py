@@ -147,9 +147,11 @@ def workspace_numel(config, num_reqs: int, num_kv_heads: int) -> int:
 def split_workspace(config, num_reqs: int, num_kv_heads: int, device: torch.device, stream: int):
     """``(o_part, lse_part)`` views of the stream's kept workspace (:func:`inkling_ops.workspace.fp32_workspace`)."""
     shape = config.workspace_shape(num_reqs, num_kv_heads)
-    parts = math.prod(shape) * config.head_dim
+    rows = math.prod(shape)
+    parts = rows * config.head_dim
+    # the kept buffer may be larger than this call's workspace (grown by an earlier call)
     workspace = fp32_workspace(workspace_numel(config, num_reqs, num_kv_heads), device, stream)
-    return workspace[:parts].view(*shape, config.head_dim), workspace[parts:].view(shape)
+    return workspace[:parts].view(*shape, config.head_dim), workspace[parts : parts + rows].view(shape)
 
 
 def store_entry(config) -> str:
