@@ -187,42 +187,6 @@ def test_matrix_gpu(case_id, page_size, packed_kv, backend, num_splits):
     _check(case, backend, num_splits, want, tol)
 
 
-CUTE = "cute"
-CUTE_SPLIT_PARAMS = [
-    pytest.param(case.id, page, id=f"{case.id}-page{page}-separate-cute-decode_splits2")
-    for case in CASES
-    for page in case.gpu_pages
-    if CUTE in BACKENDS
-]
-
-
-@pytest.mark.parametrize("case_id,page_size", CUTE_SPLIT_PARAMS)
-@pytest.mark.gpu
-@requires_cuda
-def test_matrix_gpu_cute_decode_splits(case_id, page_size, monkeypatch, request):
-    """The CuTe backend with ``decode_splits`` switched on (``cute_backend.DECODE_SPLITS`` 2; the
-    default is 1 until this has passed on the H200), over the GPU matrix: on global layers' compact
-    grid the requests of one M tile run split and merged (the merge is counted), elsewhere nothing
-    changes."""
-    from inkling_ops import call_cache
-    from inkling_ops.backends import cute_backend
-    from inkling_ops.kernels import triton_split_merge
-
-    case = gpu_case(case_id, page_size, False)
-    _require(CUTE, case)
-    monkeypatch.setattr(cute_backend, "DECODE_SPLITS", 2)
-    call_cache.clear()  # no call planned before the switch may be reused, nor one planned here after
-    request.addfinalizer(call_cache.clear)
-    merges = []
-    merge = triton_split_merge.merge_splits
-    monkeypatch.setattr(triton_split_merge, "merge_splits", lambda *a: (merges.append(a[0].shape), merge(*a)))
-    want, tol = _gpu_expected(case_id, page_size, False, False)
-    _check(case, CUTE, 0, want, tol)
-    problem = case.problem()
-    split = cute_backend.compact_grid(problem) and problem.window_left < 0
-    assert len(merges) == (1 if split else 0), merges
-
-
 # --------------------------------------------------------------------------------------------------
 # The bias matters: a backend that ignored rel_logits would pass no case above only by luck;
 # here it fails outright.

@@ -425,31 +425,3 @@ def test_cute_ws_bench_variants_are_kernel_options():
     assert named <= set(bench.VARIANTS), f"VARIANT_CASES names unknown variants: {sorted(named - set(bench.VARIANTS))}"
     assert set(bench.VARIANT_CASES) <= set(bench.CASES)
     assert bench.UNCHECKED <= set(bench.VARIANTS)
-
-
-@pytest.mark.slow
-def test_cute_compile_decode_splits():
-    """``CuteFwdConfig.decode_splits``: the compact grid's build compiles without spills, and its split
-    blocks write the fp32 partial O (32 8-byte stores a thread) and one log-sum-exp a row of the
-    thread's two (``lg2``), which the build without the option has none of."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
-
-    def ptx_of(splits):
-        config = cute_fwd_sm90.CuteFwdConfig(
-            dtype="bfloat16", head_dim=128, q_per_kv=8, compact_grid=True, decode_splits=splits
-        )  # fmt: skip
-        return cute_runtime.compile_with(lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags), arch="sm_90a", ptx=True).ptx
-
-    split, build = ptx_of(2), ptx_of(1)
-    _check_hopper_ptx(split, compact_grid=True)
-    assert len(re.findall(r"st\.global\.v2\.b32", split)) == 32 + len(re.findall(r"st\.global\.v2\.b32", build))
-    assert len(re.findall(r"lg2\.approx", split)) == 2 and not re.findall(r"lg2\.approx", build)
-
-
-def test_cute_decode_splits_needs_compact_grid():
-    from inkling_ops.kernels import cute_fwd_sm90
-
-    with pytest.raises(ValueError, match="decode_splits > 1 needs compact_grid"):
-        cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8, decode_splits=2)
-    with pytest.raises(ValueError, match="decode_splits is 5"):
-        cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8, compact_grid=True, decode_splits=5)

@@ -142,60 +142,8 @@ def test_cute_prepared_call_passes_what_run_passes(monkeypatch):
         assert all(a is b for a, b in zip(ran[:8], bound[:8])) and ran[8:] == bound[8:]
         assert bound[:8] == (args.q, args.key_cache, args.value_cache, out, args.block_table, args.cache_seqlens,
                              args.cu_seqlens_q, args.rel_logits)  # fmt: skip
-        window_arg = window if 0 <= window < cute_backend.NO_WINDOW else cute_backend.NO_WINDOW
-        assert bound[8:] == (case.softmax_scale, window_arg, 3, None, None)  # no decode_splits workspace
+        assert bound[8:] == (case.softmax_scale, window if 0 <= window < cute_backend.NO_WINDOW else cute_backend.NO_WINDOW, 3)
         assert backend.prepare(plan, problem, args, out) is None  # CPU tensors: no prepared launch
-
-
-def test_cute_decode_splits_plan_and_calls(monkeypatch):
-    """With ``DECODE_SPLITS`` at 2 (the switch is 1 until the GPU checks run): a global call on the
-    compact grid plans ``decode_splits`` 2 and its workspace; sliding and dense-grid calls do not
-    split. Both the run path and the prepared call hand the kernel the stream's workspace views,
-    then merge from those same views into ``out``."""
-    from inkling_ops import workspace
-    from inkling_ops.kernels import triton_split_merge
-
-    backend = planning.get_backend("cute")
-    monkeypatch.setattr(cute_backend, "DECODE_SPLITS", 2)
-    monkeypatch.setattr(workspace, "_capturing", lambda: True)  # CPU tensors: a workspace per call, none kept
-    case, args, out, problem, plan = _bound_calls(([20, 1], [40, 30]))
-    assert plan.key.compact_grid and plan.launch.decode_splits == 2
-    assert plan.workspace_bytes == 4 * (2 * 2 * 2 * 128) * (128 + 1)  # S, B, kv heads, tile_m; D + 1
-    assert _bound_calls(([20, 1], [40, 30]), window_size=(7, 0))[4].launch.decode_splits == 1  # sliding
-    assert _bound_calls(([3, 1], [40, 20]))[4].launch.decode_splits == 1  # decode class: the dense grid
-    calls, merges = [], []
-    monkeypatch.setitem(backend._by_key, plan.key, lambda *a: calls.append(a))
-    monkeypatch.setattr(triton_split_merge, "merge_splits", lambda *a: merges.append(a))
-    backend.run(plan, problem, args, out)
-    prepared = backend._prepare(plan, problem, args, out)
-    prepared(args, tuple(t.data_ptr() for t in (*args, out)), out)
-    assert len(calls) == len(merges) == 2
-    for call, merge in zip(calls, merges):
-        o_part, lse_part = call[11:]
-        assert o_part.shape == (2, 2, 2, 128, 128) and lse_part.shape == (2, 2, 2, 128)
-        assert o_part.dtype == lse_part.dtype == torch.float32
-        assert merge[0] is o_part and merge[1] is lse_part and merge[2] is out and merge[3] is args.cu_seqlens_q
-    monkeypatch.setattr(cute_backend, "DECODE_SPLITS", 1)
-    assert planning.plan(problem._replace(device_type="cuda"), H200, backend="cute").workspace_bytes == 0
-
-
-def test_cute_split_workspace_views_fit_a_kept_buffer_grown_by_a_larger_call(monkeypatch):
-    """The stream's kept workspace, grown by a call of more requests, serves a smaller call: its
-    views have the smaller call's shapes and do not overlap (the H200 matrix found this)."""
-    from inkling_ops import workspace
-    from inkling_ops.kernels import cute_fwd_sm90
-
-    workspace.release_workspaces()
-    monkeypatch.setattr(workspace, "_capturing", lambda: False)
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8, compact_grid=True, decode_splits=2)
-    try:
-        big = cute_backend.split_workspace(config, 9, 2, torch.device("cpu"), stream=5)
-        o_part, lse_part = cute_backend.split_workspace(config, 3, 1, torch.device("cpu"), stream=5)
-        assert o_part.data_ptr() == big[0].data_ptr()  # the kept buffer, reused
-        assert o_part.shape == (2, 3, 1, 128, 128) and lse_part.shape == (2, 3, 1, 128)
-        assert lse_part.data_ptr() == o_part.data_ptr() + 4 * o_part.numel()
-    finally:
-        workspace.release_workspaces()
 
 
 def test_cute_prepare_leaves_copies_and_refusals_to_run(monkeypatch):
@@ -250,49 +198,6 @@ def test_cute_repeated_eager_calls_take_the_prepared_call_and_stay_correct():
     torch.testing.assert_close(out[:n].float(), case.reference_fp32()[:n], atol=2e-2, rtol=2e-2)
     misaligned = [e for bucket in call_cache._ENTRIES.values() for e in bucket if e.backend.name == "cute" and e.prepared is None]
     assert len(misaligned) == 1
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(_hopper_with_cute() is not None, reason=str(_hopper_with_cute()))
-def test_cute_decode_splits_in_a_cuda_graph_with_changing_metadata(monkeypatch, request):
-    """``decode_splits`` switched on: a serving batch of a global layer (a chunk and decodes, the
-    compact grid) captured in one CUDA graph, the split kernel, its workspace and the merge
-    included, then replayed after the query split, the lengths and the block table change in
-    place; each replay matches the reference."""
-    import inkling_ops
-    from inkling_ops import call_cache
-
-    monkeypatch.setattr(cute_backend, "DECODE_SPLITS", 2)
-    call_cache.clear()
-    request.addfinalizer(call_cache.clear)
-    case = make_case([300] + [1] * 5, [900, 700, 33, 1500, 2048, 400], num_heads=8, num_kv_heads=1, head_dim=128,
-                     rel_extent=256, dtype=torch.bfloat16, device="cuda", spare_blocks=40, extra_table_cols=4)  # fmt: skip
-    assert cute_backend.decode_splits(planning.plan(case.problem(), H200, "cute").key) == 2
-    out = torch.zeros_like(case.q)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="cute", out=out)  # compiles
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="cute", out=out)
-    splits = [[0, 300, 301, 302, 303, 304, 305], [0, 1, 2, 290, 300, 304, 305], [0, 16, 17, 300, 301, 302, 305]]
-    for step, cu in enumerate(splits):  # every q_len <= max_seqlen_q (300)
-        cu = torch.tensor(cu, dtype=torch.int32, device="cuda")
-        case.cu_seqlens_q.copy_(cu)
-        grown = torch.clamp(case.cache_seqlens + 97 * (step + 1), max=case.block_table.shape[1] * case.key_cache.shape[1])
-        case.cache_seqlens.copy_(torch.maximum(grown, (cu[1:] - cu[:-1]).to(torch.int32)))
-        gen = torch.Generator().manual_seed(step)
-        ids = torch.randint(0, case.key_cache.shape[0], tuple(case.block_table.shape), generator=gen)
-        case.block_table.copy_(ids.to(case.block_table))
-        case.key_cache.nan_to_num_(0.5, 0.5, 0.5)
-        case.value_cache.nan_to_num_(0.5, 0.5, 0.5)
-        out.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        n = int(cu[-1])
-        torch.testing.assert_close(out[:n].float(), case.reference_fp32()[:n], atol=2e-2, rtol=2e-2, msg=f"replay {step}")
 
 
 def test_cute_default_choice_passes_misaligned_calls_to_triton(monkeypatch):

@@ -4,10 +4,8 @@ Chosen by default only on the case classes of :data:`DEFAULT_CASES` (:func:`pref
 pure rule written from the H200 measurements in meta/TUNING.md, "CuTe backend": prefill, global
 and sliding-window, at pages 16 and 128); elsewhere it runs only when asked for by name,
 ``backend="cute"``. Prefill-class calls of several requests run on the kernel's compact grid
-(:func:`compact_grid`, a field of the compile key). On the compact grid of a global layer it can
-split the key range of the requests that fit one M tile (:func:`decode_splits`; off until its GPU
-checks have run): the kernel writes their parts to a workspace and a Triton kernel merges them.
-It never splits longer requests.
+(:func:`compact_grid`, a field of the compile key).
+It never splits the KV range.
 
 Compiled kernels are keyed by the call's :class:`~inkling_ops.compile_keys.CompileKey`; keys
 that differ only in values the kernel takes at run time (page size, window, the max_seqlen_q
@@ -25,14 +23,12 @@ in a CUDA graph.
 from __future__ import annotations
 
 import hashlib
-import math
 
 import torch
 
 from .. import kernel_cache, strict
 from ..compile_keys import STANDARD_LAYOUT, CompileKey, DeviceFacts, KVLayout
 from ..problem import RelAttnArgs, RelAttnProblem
-from ..workspace import fp32_workspace
 from .base import Backend
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
@@ -112,46 +108,11 @@ def compact_grid(problem: RelAttnProblem) -> bool:
     return problem.num_reqs >= 2 and problem.max_seqlen_q > DECODE_MAX_SEQLEN_Q
 
 
-#: How many blocks walk the key tiles of a request that fits one M tile, on the compact grid of a
-#: global layer (:func:`decode_splits`); 1: no split. Measured at af632eb (meta/TUNING.md,
-#: "decode_splits"): 2 made the global serving batch (a 2K chunk and 63 decodes at 8K) 9-12%
-#: faster and the sliding one 33% slower, called directly. 1 until the backend's own path has run
-#: the conformance suite and the CUDA-graph checks on the H200.
-DECODE_SPLITS = 1
-
-
-def decode_splits(key: CompileKey) -> int:
-    """The kernel's ``decode_splits`` for ``key``: :data:`DECODE_SPLITS` on the compact grid of a
-    global layer, else 1 (a sliding layer's decodes walk five or six key tiles; split, they lost).
-    Pure, and a function of key fields, so the enumeration of a configuration's keys reaches it."""
-    return DECODE_SPLITS if key.compact_grid and key.window_left < 0 else 1
-
-
 def fwd_config(key: CompileKey):
     """The kernel configuration of ``key``: pure."""
     return _kernel_module().CuteFwdConfig(
-        dtype=key.dtype, head_dim=key.head_dim, q_per_kv=key.q_per_kv, compact_grid=key.compact_grid,
-        decode_splits=decode_splits(key),
+        dtype=key.dtype, head_dim=key.head_dim, q_per_kv=key.q_per_kv, compact_grid=key.compact_grid
     )  # fmt: skip
-
-
-def workspace_numel(config, num_reqs: int, num_kv_heads: int) -> int:
-    """fp32 elements of ``config``'s ``decode_splits`` workspace for a call of ``num_reqs``
-    requests: the partial outputs, then the log-sum-exps; 0 without splits."""
-    if config.decode_splits == 1:
-        return 0
-    rows = math.prod(config.workspace_shape(num_reqs, num_kv_heads))
-    return rows * (config.head_dim + 1)
-
-
-def split_workspace(config, num_reqs: int, num_kv_heads: int, device: torch.device, stream: int):
-    """``(o_part, lse_part)`` views of the stream's kept workspace (:func:`inkling_ops.workspace.fp32_workspace`)."""
-    shape = config.workspace_shape(num_reqs, num_kv_heads)
-    rows = math.prod(shape)
-    parts = rows * config.head_dim
-    # the kept buffer may be larger than this call's workspace (grown by an earlier call)
-    workspace = fp32_workspace(workspace_numel(config, num_reqs, num_kv_heads), device, stream)
-    return workspace[:parts].view(*shape, config.head_dim), workspace[parts : parts + rows].view(shape)
 
 
 def store_entry(config) -> str:
@@ -234,9 +195,8 @@ class CuteBackend(Backend):
         return compact_grid(problem)
 
     def launch_plan(self, key: CompileKey, problem: RelAttnProblem) -> tuple[object, int]:
-        """The kernel configuration of ``key`` and its workspace bytes (``decode_splits``'s)."""
-        config = fwd_config(key)
-        return config, 4 * workspace_numel(config, problem.num_reqs, problem.num_kv_heads)
+        """The kernel configuration of ``key``; no workspace."""
+        return fwd_config(key), 0
 
     def store(self, arch: str) -> kernel_cache.KernelStore:
         """The persistent store of ``arch`` CuTe kernels under the current cache root."""
@@ -306,30 +266,10 @@ class CuteBackend(Backend):
         fn = self._run_function(plan.key, problem)
         scale, max_q = problem.softmax_scale, problem.max_seqlen_q
         window = kernel_window(problem.window_left)
-        config = plan.launch
-        if config.decode_splits > 1:
-            return self._prepared_split(fn, config, problem, scale, window, max_q)
 
         def prepared(args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:
             q, k, v, table, seqlens, cu, rel = args
-            fn(q, k, v, out, table, seqlens, cu, rel, scale, window, max_q, None, None)
-
-        return prepared
-
-    @staticmethod
-    def _prepared_split(fn, config, problem: RelAttnProblem, scale: float, window: int, max_q: int):
-        """:meth:`_prepare`'s call for a ``decode_splits`` configuration: the kernel with the
-        stream's workspace, then the merge of the split requests' rows."""
-        from ..kernels.triton_split_merge import merge_splits
-
-        num_reqs, num_kv_heads = problem.num_reqs, problem.num_kv_heads
-
-        def prepared(args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:
-            q, k, v, table, seqlens, cu, rel = args
-            stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
-            o_part, lse_part = split_workspace(config, num_reqs, num_kv_heads, q.device, stream)
-            fn(q, k, v, out, table, seqlens, cu, rel, scale, window, max_q, o_part, lse_part)
-            merge_splits(o_part, lse_part, out, cu)
+            fn(q, k, v, out, table, seqlens, cu, rel, scale, window, max_q)
 
         return prepared
 
@@ -352,8 +292,4 @@ class CuteBackend(Backend):
         if table.stride(-1) != 1:
             table = table.contiguous()
         window = kernel_window(problem.window_left)
-        if plan.launch.decode_splits > 1:
-            call = self._prepared_split(fn, plan.launch, problem, problem.softmax_scale, window, problem.max_seqlen_q)
-            call(RelAttnArgs(q, k, v, table, seqlens, cu, rel), (), out)
-            return
-        fn(q, k, v, out, table, seqlens, cu, rel, problem.softmax_scale, window, problem.max_seqlen_q, None, None)
+        fn(q, k, v, out, table, seqlens, cu, rel, problem.softmax_scale, window, problem.max_seqlen_q)

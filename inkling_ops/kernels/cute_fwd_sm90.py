@@ -108,15 +108,6 @@ class CuteFwdConfig:
     request, whose blocks past a short request exit at once (a serving batch of a 2K chunk and 63
     decodes is 8,192 such blocks a KV head, 191 of them with work). The backend's plan chooses it
     per call (``cute_backend.compact_grid``).
-
-    ``decode_splits`` (with ``compact_grid``): a request whose packed rows fit one M tile (a
-    decode, a short verify) gets that many blocks, each walking one contiguous part of its key
-    tiles (the first part holds the diagonal and the band); each writes its normalised O in fp32
-    and its rows' base-2 log-sum-exp to the workspace ``(o_part, lse_part)``, shapes
-    ``(S, B, kv_heads, tile_m, D)`` and ``(S, B, kv_heads, tile_m)`` with rows packed as in the
-    M tile, instead of ``out``; ``triton_split_merge.merge_splits`` then writes those requests'
-    rows of ``out``. Longer requests run as without it. 1: no split. The plan chooses it per call
-    (``cute_backend.decode_splits``).
     """
 
     dtype: str  # "bfloat16" or "float16"
@@ -125,17 +116,6 @@ class CuteFwdConfig:
     tile_m: int = 128
     tile_n: int = 128
     compact_grid: bool = False
-    decode_splits: int = 1
-
-    def __post_init__(self) -> None:
-        if self.decode_splits not in (1, 2, 3, 4):
-            raise ValueError(f"decode_splits is {self.decode_splits!r}; expected 1, 2, 3 or 4")
-        if self.decode_splits > 1 and not self.compact_grid:
-            raise ValueError("decode_splits > 1 needs compact_grid (a split request's blocks are found by the scan)")
-
-    def workspace_shape(self, num_reqs: int, num_kv_heads: int) -> tuple[int, int, int, int]:
-        """``lse_part``'s shape (``o_part`` adds ``head_dim``) for ``decode_splits``."""
-        return (self.decode_splits, num_reqs, num_kv_heads, self.tile_m)
 
     @property
     def num_mma_threads(self) -> int:
@@ -365,7 +345,6 @@ class RelAttnFwdSm90:
         if stmatrix_epilogue and not smem_epilogue:
             raise ValueError("stmatrix_epilogue needs smem_epilogue (it writes O into the Q tile)")
         self.stmatrix_epilogue = stmatrix_epilogue
-        self.decode_splits = config.decode_splits
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -409,8 +388,6 @@ class RelAttnFwdSm90:
         softmax_scale: Float32,
         window: Int32,
         max_seqlen_q: Int32,
-        mOPart: cute.Tensor | None,
-        mLsePart: cute.Tensor | None,
         stream,
     ):
         tiled_mma_qk = hopper.make_trivial_tiled_mma(
@@ -449,8 +426,6 @@ class RelAttnFwdSm90:
         if const_expr(self.compact_grid):
             # one block a request's M tile, over all requests: at most ceil(T * G / tile_m) + B
             grid_m = (mQ.shape[0] * self.group + self.tile_m - 1) // self.tile_m + num_reqs
-            # decode_splits: a single-tile request has that many blocks instead of one
-            grid_m = grid_m + num_reqs * (self.decode_splits - 1)
             grid_req = 1
         scale_log2 = softmax_scale * LOG2_E
         page_div = cute.FastDivmodDivisor(mK.shape[1])
@@ -460,7 +435,7 @@ class RelAttnFwdSm90:
             tma_atom_k, tK_pages = self._tma_pages(mK, sKV_layout)
             tma_atom_v, tV_pages = self._tma_pages(mV, sKV_layout)
         self.kernel(
-            mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, mOPart, mLsePart, scale_log2, window, page_div,
+            mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
             sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
             tma_atom_v, tK_pages, tV_pages, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, grid_req], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
@@ -480,8 +455,6 @@ class RelAttnFwdSm90:
         mSeqlens: cute.Tensor,
         mCuSeqlensQ: cute.Tensor,
         mRel: cute.Tensor,
-        mOPart: cute.Tensor | None,
-        mLsePart: cute.Tensor | None,
         scale_log2: Float32,
         window: Int32,
         page_div: cute.FastDivmodDivisor,
@@ -510,10 +483,8 @@ class RelAttnFwdSm90:
 
         # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
         num_tokens = mQ.shape[0]
-        # decode_splits: this block's part of a split request's walk (is_split: the request is split)
-        split, is_split = Int32(0), Int32(0)
         if const_expr(self.compact_grid):
-            m_rev, req, split, is_split = self._find_tile(m_rev, mCuSeqlensQ, mSeqlens.shape[0], num_tokens)
+            m_rev, req = self._find_tile(m_rev, mCuSeqlensQ, mSeqlens.shape[0], num_tokens)
         q_start, q_end = self._request_rows(mCuSeqlensQ, req, num_tokens)
         q_len = q_end - q_start
         page_size = mK.shape[1]
@@ -565,15 +536,6 @@ class RelAttnFwdSm90:
             n_end = cutlass.min((qa_hi + 1 + tile_n - 1) // tile_n, (kv_len + tile_n - 1) // tile_n)
             n_end = cutlass.max(n_end, 0)
             n_begin = cutlass.max(qa_lo - window, 0) // tile_n
-            if const_expr(self.decode_splits > 1):
-                # a split request's block walks part `split` of the key tiles, from the top: the
-                # range [n_begin, n_end) becomes [n_end - hi, n_end - lo)
-                walk = cutlass.max(n_end - n_begin, 0)
-                per = (walk + self.decode_splits - 1) // self.decode_splits
-                lo = cutlass.select_(is_split != 0, cutlass.min(split * per, walk), Int32(0))
-                hi = cutlass.select_(is_split != 0, cutlass.min(lo + per, walk), walk)
-                n_begin = n_end - hi
-                n_end = n_end - lo
             plain_lo = (cutlass.max(qa_hi - window, 0) + tile_n - 1) // tile_n
             # plain tiles: every d >= E (so no bias, and visible under causality), inside the window
             plain_hi = cutlass.min(cutlass.max(qa_lo - rel_extent + 1, 0) // tile_n, n_end)
@@ -606,7 +568,7 @@ class RelAttnFwdSm90:
                 self._consume(
                     mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
                     plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, page_size, scale_log2, tidx - PRODUCER_THREADS, pipes,
-                    tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom, (mOPart, mLsePart, split, is_split, req, kv_head),
+                    tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom,
                 )  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -845,7 +807,7 @@ class RelAttnFwdSm90:
     @cute.jit
     def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
                  plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, page_size, scale_log2, tidx, pipes,
-                 tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom, part):  # fmt: skip
+                 tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom):  # fmt: skip
         """Per key tile ``i`` (FA3's intra-warpgroup overlap): issue ``S_i = Q K_i^T``, issue
         ``O += P_{i-1} V_{i-1}``, wait for S_i, mask / bias / online softmax of S_i while the PV GEMM
         runs, wait for it, rescale O. ``tidx`` counts from the first consumer thread."""
@@ -956,22 +918,6 @@ class RelAttnFwdSm90:
             self._release(pipe_v, v_last)
 
         # -------- epilogue: O / row_sum, rows of this request only --------
-        if const_expr(self.decode_splits > 1):
-            mOPart, mLsePart, split, is_split, req, kv_head = part
-            if is_split != 0:
-                self._store_partial(acc_O, row_max, row_sum, mOPart, mLsePart, split, req, kv_head, q_len, tiled_mma_pv,
-                                    tidx)  # fmt: skip
-            else:
-                self._store_out(acc_O, row_sum, sQ, mO, tQsQ, tQcQ, m_block, q_start, q_len, q_head0, tiled_mma_pv, tidx)
-        else:
-            self._store_out(acc_O, row_sum, sQ, mO, tQsQ, tQcQ, m_block, q_start, q_len, q_head0, tiled_mma_pv, tidx)
-
-    @cute.jit
-    def _store_out(self, acc_O, row_sum, sQ, mO, tQsQ, tQcQ, m_block, q_start, q_len, q_head0, tiled_mma_pv, tidx):
-        """``O / row_sum`` into ``out``, the rows of this request only (through the Q tile with
-        ``smem_epilogue``)."""
-        tile_m, G = self.tile_m, self.group
-        num_rows = cute.size(row_sum)
         acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
         cO = cute.make_identity_tensor((tile_m, self.head_dim))
         thr_mma_pv = tiled_mma_pv.get_slice(tidx)
@@ -1012,31 +958,6 @@ class RelAttnFwdSm90:
                     o_chunk = cute.make_rmem_tensor_like(tQsQ[None, m, 0])
                     cute.autovec_copy(tQsQ[None, m, 0], o_chunk)
                     cute.autovec_copy(o_chunk, self._gmem_at(mO, address, o_chunk))
-
-    @cute.jit
-    def _store_partial(self, acc_O, row_max, row_sum, mOPart, mLsePart, split, req, kv_head, q_len, tiled_mma_pv, tidx):
-        """``decode_splits``: this block's normalised O (fp32) and its rows' base-2 log-sum-exp
-        (``row_max + log2(row_sum)``; -inf for a row that saw no key) into the workspace at
-        ``[split, req, kv_head, row]``, the rows of this request only (the M tile is its only one)."""
-        G = self.group
-        acc_O_mn = cute.make_tensor(acc_O.iterator, _acc_mn_layout(acc_O.layout))
-        cO = cute.make_identity_tensor((self.tile_m, self.head_dim))
-        tOcO = tiled_mma_pv.get_slice(tidx).partition_C(cO)
-        tOcO_mn = cute.make_tensor(tOcO.iterator, _acc_mn_layout(tOcO.layout))
-        for i in cutlass.range_constexpr(cute.size(row_sum)):
-            total = cute.arch.warp_reduction_sum(row_sum[i], threads_in_group=4)
-            inv = Float32(0.0)
-            lse = -Float32.inf
-            if total > 0.0:
-                inv = 1.0 / total
-                lse = row_max[i] + cute.math.log2(total, fastmath=True)
-            r = tOcO_mn[i, 0][0]
-            if r // G < q_len:
-                o_row = mOPart[split, req, kv_head, r, None]
-                for j in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
-                    o_row[tOcO_mn[0, j][1]] = acc_O_mn[i, j] * inv
-                if tidx % 4 == 0:  # one lane of the row's four
-                    mLsePart[split, req, kv_head, r] = lse
 
     @cute.jit
     def _rescale_o(self, acc_O, row_scale):
@@ -1093,37 +1014,22 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _find_tile(self, tile, mCuSeqlensQ, num_reqs, num_tokens):
-        """``compact_grid``: the (M tile from the request's end, request, split, split request or
-        not) of linear block ``tile``, with every request's blocks in order; past the last block,
-        an M tile no request has (the block exits). With ``decode_splits`` a request of one M tile
-        has that many blocks, its splits (M tile 0 each); otherwise the split is 0 and the flag 0.
-        The request lengths are clamped as the kernel clamps them."""
-        tile_m, G, S = self.tile_m, self.group, self.decode_splits
+        """``compact_grid``: the (M tile from the request's end, request) of linear block ``tile``,
+        with every request's tiles in order; past the last tile, an M tile no request has (the
+        block exits). The request lengths are clamped as the kernel clamps them."""
+        tile_m, G = self.tile_m, self.group
         first = Int32(0)
         found_req = Int32(0)
         found_rev = Int32(1 << 30)
-        found_split = Int32(0)
-        found_is_split = Int32(0)
         for r in cutlass.range(num_reqs, unroll=4):
             q_start, q_end = self._request_rows(mCuSeqlensQ, r, num_tokens)
             tiles = ((q_end - q_start) * G + tile_m - 1) // tile_m
-            single = False
-            if const_expr(S > 1):
-                single = tiles == 1
-                tiles = cutlass.select_(single, Int32(S), tiles)
             hit = tile >= first and tile < first + tiles
             found_req = cutlass.select_(hit, r, found_req)
-            rev = tile - first
-            if const_expr(S > 1):
-                rev = cutlass.select_(single, Int32(0), tile - first)  # a split request: its one M tile
-            found_rev = cutlass.select_(hit, rev, found_rev)
-            if const_expr(S > 1):
-                found_split = cutlass.select_(hit and single, tile - first, found_split)
-                found_is_split = cutlass.select_(hit and single, Int32(1), found_is_split)
+            found_rev = cutlass.select_(hit, tile - first, found_rev)
             first = first + tiles
         # block-uniform, as the block indices they replace (so they stay in uniform registers)
-        uniform = cute.arch.make_warp_uniform
-        return uniform(found_rev), uniform(found_req), uniform(found_split), uniform(found_is_split)
+        return cute.arch.make_warp_uniform(found_rev), cute.arch.make_warp_uniform(found_req)
 
     @cute.jit
     def _sched_wait(self, wg_idx):
@@ -1315,10 +1221,8 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     compiled function (with TVM-FFI: callable with torch tensors, on torch's current stream).
 
     Call signature of the result: ``(q, key_cache, value_cache, out, block_table, cache_seqlens,
-    cu_seqlens_q, rel_logits, softmax_scale: float, window: int, max_seqlen_q: int, o_part, lse_part)``;
-    ``window``: keys at distance ``d <= window`` are visible (a huge value, e.g. ``2**30``, for no
-    window); ``o_part`` / ``lse_part``: the ``decode_splits`` workspace (see :class:`CuteFwdConfig`),
-    None without it.
+    cu_seqlens_q, rel_logits, softmax_scale: float, window: int, max_seqlen_q: int)``; ``window``:
+    keys at distance ``d <= window`` are visible (a huge value, e.g. ``2**30``, for no window).
     ``variant``: keyword arguments of :class:`RelAttnFwdSm90` over :func:`schedule` (schedule
     experiments; the backend uses :func:`schedule` as it is).
     """
@@ -1342,15 +1246,8 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     rel = make_fake_tensor(dtype, (tokens, heads, sym(8)), (sym(8, True), sym(8), 1), assumed_align=16)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     kernel = RelAttnFwdSm90(config, **{**schedule(config), **variant})
-    o_part = lse_part = None
-    if config.decode_splits > 1:
-        # the split requests' workspace, (S, B, kv_heads, tile_m, D) and (S, B, kv_heads, tile_m) fp32, contiguous
-        part = (config.decode_splits, sym(), sym(), config.tile_m)
-        o_part = make_fake_tensor(Float32, (*part, D), (sym(8, True), sym(8, True), sym(8), D, 1), assumed_align=16)
-        lse_part = make_fake_tensor(Float32, part, (sym(wide=True), sym(), sym(), 1), assumed_align=4)
     return cute.compile(
-        kernel, q, k, v, o, table, seqlens, cu, rel, Float32(1.0), Int32(-1), Int32(1), o_part, lse_part, stream,
-        options=options,
+        kernel, q, k, v, o, table, seqlens, cu, rel, Float32(1.0), Int32(-1), Int32(1), stream, options=options
     )
 
 

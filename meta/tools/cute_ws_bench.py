@@ -47,13 +47,6 @@ CASES = {
     # there is no merge). docs/cute_kernels.md, "Decodes inside serving batches".
     "serving_chunk2k_decodes126at4k_global_page16": dict(q_lens=[2048] + [1] * 126, kv_lens=[8192] + [4096] * 126, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
     "serving_chunk2k_decodes126at4k_global_page128": dict(q_lens=[2048] + [1] * 126, kv_lens=[8192] + [4096] * 126, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
-    # decode_splits across decode lengths: short decodes (the split's merge and second block for
-    # little work) to long ones (the decodes' walk is the call's critical path)
-    "serving_chunk2k_decodes63at256_global_page16": dict(q_lens=[2048] + [1] * 63, kv_lens=[2048] + [256] * 63, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
-    "serving_chunk512_decodes127at1k_global_page16": dict(q_lens=[512] + [1] * 127, kv_lens=[2048] + [1024] * 127, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
-    "serving_chunk2k_decodes255at2k_global_page16": dict(q_lens=[2048] + [1] * 255, kv_lens=[4096] + [2048] * 255, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
-    "serving_chunk1k_decodes31at16k_global_page16": dict(q_lens=[1024] + [1] * 31, kv_lens=[16384] * 32, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
-    "serving_chunk1k_decodes31at16k_global_page128": dict(q_lens=[1024] + [1] * 31, kv_lens=[16384] * 32, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
 }  # fmt: skip
 #: the variants timed on each case (besides the default). The variants measured at 58f8ec6
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
@@ -113,12 +106,9 @@ VARIANTS = {
     "no_rescale_threshold": dict(rescale_threshold=0.0),
     # the epilogue's O into the Q tile one 2-byte store an element (the build: stmatrix)
     "no_stmatrix_epilogue": dict(stmatrix_epilogue=False),
-    # a single-tile request's key tiles walked by 2 blocks, merged by a second launch
-    # (inkling_ops/kernels/triton_split_merge.py); the compact grid, which it needs, on every case
-    "decode_splits2": dict(compact_grid=True, decode_splits=2),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
-CONFIG_FIELDS = {"compact_grid", "decode_splits"}
+CONFIG_FIELDS = {"compact_grid"}
 #: variants whose output is not the op's (not checked against the reference)
 UNCHECKED = {"allplain", "bias_nostage"}
 _COMPILED: dict = {}
@@ -141,9 +131,8 @@ def _bench(fn) -> float:
 
 
 def _variant_fn(name, case):
-    """(variant ``name`` compiled for ``case``, called with the backend's 11 arguments, the seconds
-    its compile took, the kernel's window argument for the case as the backend passes it). With
-    ``decode_splits`` the call also passes the workspace and merges the split requests' rows."""
+    """(variant ``name`` compiled for ``case``, the seconds its compile took, the kernel's window
+    argument for the case as the backend passes it)."""
     from inkling_ops.backends import cute_backend
     from inkling_ops.kernels import cute_fwd_sm90
 
@@ -157,23 +146,8 @@ def _variant_fn(name, case):
     t0 = time.perf_counter()
     if (name, config) not in _COMPILED:
         _COMPILED[name, config] = cute_fwd_sm90.compile_fwd(config, options="--enable-tvm-ffi --gpu-arch sm_90a", **options)
-    compiled, compile_s = _COMPILED[name, config], time.perf_counter() - t0
-    splits = config.decode_splits
-    if splits == 1:
-        fn = lambda *args: compiled(*args, None, None)  # noqa: E731
-    else:
-        from inkling_ops.kernels.triton_split_merge import merge_splits
-
-        shape = (splits, case.cu_seqlens_q.shape[0] - 1, case.key_cache.shape[2], config.tile_m)
-        o_part = torch.empty(*shape, HEAD_DIM, dtype=torch.float32, device=case.q.device)
-        lse_part = torch.empty(shape, dtype=torch.float32, device=case.q.device)
-
-        def fn(*args):
-            compiled(*args, o_part, lse_part)
-            merge_splits(o_part, lse_part, args[3], args[6])
-
     # the window argument as the backend passes it
-    return fn, compile_s, cute_backend.kernel_window(case.window_size[0])
+    return _COMPILED[name, config], time.perf_counter() - t0, cute_backend.kernel_window(case.window_size[0])
 
 
 def _fa4_fn(case, out_shape):
