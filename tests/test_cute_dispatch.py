@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cute_device import why_no_cute_device
 from inkling_ops import planning
 from inkling_ops.backends import cute_backend
 from inkling_ops.compile_keys import DeviceFacts
@@ -163,16 +164,8 @@ def test_cute_prepare_leaves_copies_and_refusals_to_run(monkeypatch):
     assert backend._prepare(plan, problem, args, misaligned(out)) is None  # run refuses it
 
 
-def _hopper_with_cute() -> str | None:
-    if not torch.cuda.is_available():
-        return "needs a CUDA device"
-    if torch.cuda.get_device_capability() != (9, 0):
-        return "the cute kernel is for Hopper (sm_90a)"
-    return planning.get_backend("cute").is_available()
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(_hopper_with_cute() is not None, reason=str(_hopper_with_cute()))
+@pytest.mark.skipif(why_no_cute_device() is not None, reason=str(why_no_cute_device()))
 def test_cute_repeated_eager_calls_take_the_prepared_call_and_stay_correct():
     """The second call of a signature goes through the call cache's prepared launch (new data,
     same metadata); a misaligned q with the same shapes takes run() (copied), and both match the

@@ -15,20 +15,12 @@ import pytest
 import torch
 
 import inkling_ops
-from inkling_ops import planning
+from cute_device import why_no_cute_device
 from inkling_ops.backends import cute_backend
 from inkling_ops.testing import make_case
 
 
-def _hopper_with_cute() -> str | None:
-    if not torch.cuda.is_available():
-        return "needs a CUDA device"
-    if torch.cuda.get_device_capability() != (9, 0):
-        return "the cute kernel is for Hopper (sm_90a)"
-    return planning.get_backend("cute").is_available()
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_hopper_with_cute() is not None, reason=str(_hopper_with_cute()))]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(why_no_cute_device() is not None, reason=str(why_no_cute_device()))]
 
 TOL = dict(atol=2e-2, rtol=2e-2)
 HUGE_ID = 2**30
