@@ -47,6 +47,9 @@ CASES = {
     # there is no merge). docs/cute_kernels.md, "Decodes inside serving batches".
     "serving_chunk2k_decodes126at4k_global_page16": dict(q_lens=[2048] + [1] * 126, kv_lens=[8192] + [4096] * 126, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
     "serving_chunk2k_decodes126at4k_global_page128": dict(q_lens=[2048] + [1] * 126, kv_lens=[8192] + [4096] * 126, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128),
+    # serving batches of 256 requests (vLLM's default max_num_seqs): the compact grid's request scan grows with them
+    "serving_chunk2k_decodes255at2k_global_page16": dict(q_lens=[2048] + [1] * 255, kv_lens=[4096] + [2048] * 255, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
+    "serving_chunk2k_decodes255_sliding_page128": dict(q_lens=[2048] + [1] * 255, kv_lens=[8192] * 256, num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=128),
 }  # fmt: skip
 #: the variants timed on each case (besides the default). The variants measured at 58f8ec6
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
@@ -106,6 +109,8 @@ VARIANTS = {
     "no_rescale_threshold": dict(rescale_threshold=0.0),
     # the epilogue's O into the Q tile one 2-byte store an element (the build: stmatrix)
     "no_stmatrix_epilogue": dict(stmatrix_epilogue=False),
+    # the compact grid's request scan 32 requests a step by warp shuffles (the build: one a step)
+    "warp_scan": dict(warp_scan=True),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
 CONFIG_FIELDS = {"compact_grid"}
