@@ -247,9 +247,6 @@ class RelAttnFwdSm90:
       writes its rows into its own rows of the Q tile, whose last GEMM has completed), then out
       in 16-byte stores, one per chunk each thread loaded Q into, instead of 4-byte stores
       straight from the accumulator.
-    - ``warp_scan``: with ``compact_grid``, each warp finds its block's request 32 requests at a
-      time (one load of ``cu_seqlens_q`` a lane, a shuffle prefix sum of the requests' M tiles, a
-      warp max for the hit) instead of one request at a time.
     - ``stmatrix_epilogue``: with ``smem_epilogue``, the normalised O is converted in registers
       and written into the Q tile with ``stmatrix`` (8 stores a thread, 8 8x8 matrices each)
       instead of 64 2-byte stores, each with its own swizzled address.
@@ -299,7 +296,7 @@ class RelAttnFwdSm90:
                  lean_mask: bool = False, rescale_threshold: float = 0.0,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
-                 stmatrix_epilogue: bool = False, warp_scan: bool = False):  # fmt: skip
+                 stmatrix_epilogue: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -348,7 +345,6 @@ class RelAttnFwdSm90:
         if stmatrix_epilogue and not smem_epilogue:
             raise ValueError("stmatrix_epilogue needs smem_epilogue (it writes O into the Q tile)")
         self.stmatrix_epilogue = stmatrix_epilogue
-        self.warp_scan = warp_scan
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         # threads per row of a 16-byte-chunked (rows, head_dim) tile copy
         self.copy_cols = self.head_dim // CHUNK
@@ -487,9 +483,7 @@ class RelAttnFwdSm90:
 
         # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
         num_tokens = mQ.shape[0]
-        if const_expr(self.compact_grid and self.warp_scan):
-            m_rev, req = self._find_tile_by_warp(m_rev, mCuSeqlensQ, mSeqlens.shape[0], num_tokens)
-        elif const_expr(self.compact_grid):
+        if const_expr(self.compact_grid):
             m_rev, req = self._find_tile(m_rev, mCuSeqlensQ, mSeqlens.shape[0], num_tokens)
         q_start, q_end = self._request_rows(mCuSeqlensQ, req, num_tokens)
         q_len = q_end - q_start
@@ -1022,27 +1016,13 @@ class RelAttnFwdSm90:
     def _find_tile(self, tile, mCuSeqlensQ, num_reqs, num_tokens):
         """``compact_grid``: the (M tile from the request's end, request) of linear block ``tile``,
         with every request's tiles in order; past the last tile, an M tile no request has (the
-        block exits). The request lengths are clamped as the kernel clamps them."""
-        tile_m, G = self.tile_m, self.group
-        first = Int32(0)
-        found_req = Int32(0)
-        found_rev = Int32(1 << 30)
-        for r in cutlass.range(num_reqs, unroll=4):
-            q_start, q_end = self._request_rows(mCuSeqlensQ, r, num_tokens)
-            tiles = ((q_end - q_start) * G + tile_m - 1) // tile_m
-            hit = tile >= first and tile < first + tiles
-            found_req = cutlass.select_(hit, r, found_req)
-            found_rev = cutlass.select_(hit, tile - first, found_rev)
-            first = first + tiles
-        # block-uniform, as the block indices they replace (so they stay in uniform registers)
-        return cute.arch.make_warp_uniform(found_rev), cute.arch.make_warp_uniform(found_req)
+        block exits). The request lengths are clamped as the kernel clamps them.
 
-    @cute.jit
-    def _find_tile_by_warp(self, tile, mCuSeqlensQ, num_reqs, num_tokens):
-        """:meth:`_find_tile` with ``warp_scan``: the same result, 32 requests a step. Lane ``l``
-        takes request ``32 c + l`` of step ``c``; an inclusive prefix sum over the lanes (five
-        shuffles) gives each request's first M tile, and a warp max finds the request that holds
-        ``tile`` (at most one does: the requests' tile ranges do not overlap)."""
+        Each warp scans 32 requests a step: lane ``l`` takes request ``32 c + l`` of step ``c``, an
+        inclusive prefix sum over the lanes (five shuffles) gives each request's first M tile, and
+        a warp max finds the request that holds ``tile`` (at most one does: the requests' tile
+        ranges do not overlap). One request a step, the scan's dependent loads took about a tenth
+        of a serving batch's stall samples (meta/TUNING.md, "warp_scan")."""
         tile_m, G = self.tile_m, self.group
         lane = cute.arch.lane_idx()
         first = Int32(0)

@@ -109,8 +109,6 @@ VARIANTS = {
     "no_rescale_threshold": dict(rescale_threshold=0.0),
     # the epilogue's O into the Q tile one 2-byte store an element (the build: stmatrix)
     "no_stmatrix_epilogue": dict(stmatrix_epilogue=False),
-    # the compact grid's request scan 32 requests a step by warp shuffles (the build: one a step)
-    "warp_scan": dict(warp_scan=True),
 }  # fmt: skip
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
 CONFIG_FIELDS = {"compact_grid"}
