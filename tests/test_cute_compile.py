@@ -131,7 +131,7 @@ def test_cute_compile_compact_grid():
     """The compact grid (what the plan picks for a prefill-class call of several requests)
     compiles through the backend's own path from its key without spills, at its own register
     split (40 producer registers), reads ``cu_seqlens_q`` in its scan (more global loads of it than
-    the dense grid's build), and leaves the GEMMs as they are. (The window is a runtime argument:
+    the dense grid's build) 32 requests a step, and leaves the GEMMs as they are. (The window is a runtime argument:
     a global layer's compact key has this configuration too, :func:`test_cute_compact_grid_rule`.)"""
     serving = _problem(heads=8, kv_heads=2, page=16, extent=512, window=511, reqs=2)
     plan = planning.plan(serving, HOPPER, backend="cute")
@@ -147,6 +147,10 @@ def test_cute_compile_compact_grid():
     assert len(re.findall(wgmma, compact)) == len(re.findall(wgmma, build))
     loads = r"ld\.global[.a-z0-9]*\.b32"
     assert len(re.findall(loads, compact)) > len(re.findall(loads, build))
+    # the scan is warp-wide (32 requests a step): a five-shuffle prefix sum and two warp maxima
+    shuffles, maxima = r"shfl\.sync\.up\.b32", r"redux\.sync\.max\.s32"
+    assert len(re.findall(shuffles, compact)) == 5 and len(re.findall(maxima, compact)) == 2
+    assert not re.findall(shuffles, build) and not re.findall(maxima, build)
 
 
 def test_cute_compact_grid_rule():
