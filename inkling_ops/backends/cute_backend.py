@@ -4,8 +4,7 @@ Chosen by default only on the case classes of :data:`DEFAULT_CASES` (:func:`pref
 pure rule written from the H200 measurements in meta/TUNING.md, "CuTe backend": prefill, global
 and sliding-window, at pages 16 and 128); elsewhere it runs only when asked for by name,
 ``backend="cute"``. Prefill-class calls of several requests run on the kernel's compact grid
-(:func:`compact_grid`, a field of the compile key).
-It never splits the KV range.
+(:func:`compact_grid`, a field of the compile key). It never splits the KV range.
 
 Compiled kernels are keyed by the call's :class:`~inkling_ops.compile_keys.CompileKey`; keys
 that differ only in values the kernel takes at run time (page size, window, the max_seqlen_q
