@@ -4,7 +4,7 @@
 # clocks (eager do_bench and CUDA-graph replay). When /tmp/cute_adopt on the machine holds SCHEDULE
 # keywords (an option under trial, e.g. " lean_mask=True,"), the device copy's SCHEDULE gets them
 # first and the run is labelled SHA+adopted.
-#   . /tmp/site/env.sh && bash meta/tools/cute_peer_visit.sh SHA
+#   . /tmp/site/env.sh && [PREFILL=0] bash meta/tools/cute_peer_visit.sh SHA
 sha=${1:?usage: cute_peer_visit.sh SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -19,10 +19,12 @@ if [ -n "$adopt" ]; then
   grep -n "^    bias_bulk=True" $kernel; label=$sha+adopted
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+if [ "${PREFILL:-1}" != 0 ]; then  # PREFILL=0: the serving batches only (a change the dense grid does not run)
 timeout ${PREFILL_TIMEOUT:-330} python3 meta/bench/benchmark.py --out "$out/prefill" --git-sha $label --quick --no-progress \
   --backends triton,cute --cases-filter ${PREFILL_CASES:-prefill8k_global,prefill32k_global,chunk2k_on16k_x4,prefill8k_local} \
   > "$out/bench_${label}_prefill_allpeers.log" 2>&1
 echo "prefill exit $?"; grep -A40 "^case " "$out/bench_${label}_prefill_allpeers.log" | head -30
+fi
 timeout ${SERVING_TIMEOUT:-200} python3 meta/bench/benchmark.py --out "$out/serving" --git-sha $label --quick --no-progress \
   --backends triton,cute --cases meta/bench/serving_cases.json --no-host-overhead \
   > "$out/bench_${label}_serving_allpeers.log" 2>&1
