@@ -101,6 +101,26 @@ def test_main_writes_every_figure_from_the_newest_run(tmp_path, capsys):
     assert {n: (out / n).read_bytes() for n in names} == first
 
 
+def test_main_reads_an_archive_then_the_live_file(tmp_path, capsys):
+    """--records takes several files, gzip-compressed ones by their .gz name, read in order: the
+    figures are those of the same records in one plain file (the newest per case still wins)."""
+    pytest.importorskip("matplotlib")
+    import gzip
+
+    old, new = _run(_OLD, "aaaaaaa", scale=9.0), _run(_NEW, "bbbbbbb", scale=1.0)
+    archive = tmp_path / "archive.jsonl.gz"
+    with gzip.open(archive, "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in old))
+    live = _write(tmp_path / "live.jsonl", new)
+    both = _write(tmp_path / "both.jsonl", old + new)
+    assert plot_performance.read_records(archive) == old
+    assert plot_performance.main(["--records", str(archive), str(live), "--out-dir", str(tmp_path / "split")]) == 0
+    assert plot_performance.main(["--records", str(both), "--out-dir", str(tmp_path / "one")]) == 0
+    for png in (tmp_path / "one").iterdir():
+        assert (tmp_path / "split" / png.name).read_bytes() == png.read_bytes(), png.name
+    assert "aaaaaaa" not in capsys.readouterr().out
+
+
 def test_main_skips_sweeps_without_records(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     records = _write(tmp_path / "records.jsonl", _run(_NEW, "bbbbbbb", scale=1.0, sweeps=False))

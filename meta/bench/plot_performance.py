@@ -2,10 +2,11 @@
 
 Run from the repository root (no GPU, no network; needs matplotlib, the ``[bench]`` extra)::
 
-    python meta/bench/plot_performance.py [--records meta/bench/bench_records.jsonl] [--out-dir docs/img] [--git-sha SHA]
+    python meta/bench/plot_performance.py [--records FILE ...] [--out-dir docs/img] [--git-sha SHA]
 
-It takes, for every (case, page size, peer), the record with the newest ``timestamp`` (only
-records of ``--git-sha`` when given) and writes these PNGs to ``--out-dir``:
+It reads ``--records`` (default: meta/bench/bench_records_archive.jsonl.gz, the records up to
+2026-12-04, then meta/bench/bench_records.jsonl) and takes, for every (case, page size, peer), the
+record with the newest ``timestamp`` (only records of ``--git-sha`` when given) and writes these PNGs to ``--out-dir``:
 
 - ``perf_anchor_ratios.png``: the anchor cases (every case that is not a sweep case), peer time
   over ours per (case, page size), one panel per clock (eager: do_bench, launches included;
@@ -24,6 +25,7 @@ peer without the bias is credited with the bias's work too.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from collections.abc import Sequence
@@ -31,6 +33,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RECORDS = REPO_ROOT / "meta" / "bench" / "bench_records.jsonl"
+#: the records up to 2026-12-04, gzip-compressed (the working tree travels to the GPU machine
+#: under a size limit); read before DEFAULT_RECORDS by default
+ARCHIVED_RECORDS = REPO_ROOT / "meta" / "bench" / "bench_records_archive.jsonl.gz"
 DEFAULT_OUT_DIR = REPO_ROOT / "docs" / "img"
 
 CLOCKS = ("eager", "graph")
@@ -85,10 +90,15 @@ ANCHOR_PNG = "perf_anchor_ratios.png"
 
 
 def read_records(path: str | Path) -> list[dict]:
-    """The JSON lines of ``path`` (blank lines skipped); SystemExit naming the file and line if one is bad."""
+    """The JSON lines of ``path``, gzip-compressed when its name ends in ``.gz`` (blank lines
+    skipped); SystemExit naming the file and line if one is bad."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt") as f:
+                lines = f.read().splitlines()
+        else:
+            lines = path.read_text().splitlines()
     except OSError as exc:
         raise SystemExit(f"--records {path}: cannot read it: {exc}") from exc
     records = []
@@ -306,7 +316,9 @@ def _short(x: int) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python meta/bench/plot_performance.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--records", default=str(DEFAULT_RECORDS), help="benchmark records, JSON lines (default meta/bench/bench_records.jsonl)")
+    p.add_argument("--records", nargs="+", default=[str(ARCHIVED_RECORDS), str(DEFAULT_RECORDS)],
+                   help="benchmark records, JSON lines, .gz for gzip-compressed ones, read in order (default "
+                        "meta/bench/bench_records_archive.jsonl.gz, then meta/bench/bench_records.jsonl)")  # fmt: skip
     p.add_argument("--out-dir", default=str(DEFAULT_OUT_DIR), help="where the PNGs go (default docs/img)")
     p.add_argument("--anchor-png", default=ANCHOR_PNG, help=f"file name of the anchor-ratio figure (default {ANCHOR_PNG})")
     p.add_argument("--git-sha", default=None, help="only records of this commit (prefix match; comma-separated: of any of these commits); default: the newest record per case, page and peer")
@@ -320,11 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:
         print(f"matplotlib is not importable ({exc}); install the [bench] extra (pip install matplotlib) and rerun.")
         return 1
-    records = select_latest(read_records(args.records), args.git_sha)
+    records = select_latest([r for path in args.records for r in read_records(path)], args.git_sha)
     out_dir = Path(args.out_dir)
     which = f" of git {args.git_sha}" if args.git_sha else ""
     if not records:
-        print(f"{args.records}: no records{which}; nothing written")
+        print(f"{' '.join(args.records)}: no records{which}; nothing written")
         return 1
     written = 0
     anchors = [r for r in records if sweep_of(r) is None and "case_spec" in r]
