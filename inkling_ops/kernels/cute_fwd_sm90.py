@@ -1021,8 +1021,7 @@ class RelAttnFwdSm90:
         Each warp scans 32 requests a step: lane ``l`` takes request ``32 c + l`` of step ``c``, an
         inclusive prefix sum over the lanes (five shuffles) gives each request's first M tile, and
         a warp max finds the request that holds ``tile`` (at most one does: the requests' tile
-        ranges do not overlap). One request a step, the scan's dependent loads took about a tenth
-        of a serving batch's stall samples (meta/TUNING.md, "warp_scan")."""
+        ranges do not overlap). Why not one request a step: meta/TUNING.md, "warp_scan"."""
         tile_m, G = self.tile_m, self.group
         lane = cute.arch.lane_idx()
         first = Int32(0)
@@ -1045,6 +1044,7 @@ class RelAttnFwdSm90:
             found_req = cutlass.select_(hit_req >= 0, hit_req, found_req)
             found_rev = cutlass.select_(hit_req >= 0, hit_rev, found_rev)
             first = first + cute.arch.shuffle_sync(upto, 31)
+        # block-uniform, as the block indices they replace (so they stay in uniform registers)
         return cute.arch.make_warp_uniform(found_rev), cute.arch.make_warp_uniform(found_req)
 
     @cute.jit
