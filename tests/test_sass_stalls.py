@@ -86,3 +86,25 @@ def test_ranges_cut_at_the_register_handoffs_and_the_last_gemm(tmp_path, capsys)
     assert "consumer loop" in out and "no_inst" in out
     with pytest.raises(SystemExit, match="expected two USETMAXREG"):
         sass_stalls.by_range(sass_stalls.read_sass(_csv(tmp_path / "p.csv.gz", _program())))
+
+
+def test_waits_count_the_first_tries_that_went_to_sleep(tmp_path, capsys):
+    """``--waits``: a first TRYWAIT and its branch forward to a retry block (TRYWAIT, NANOSLEEP,
+    branch to itself, branch back); the retry block's own TRYWAIT is not a second wait, and a
+    wait that never failed is listed with none slept."""
+    rows = [(0x00, "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR18+0x40], R190", 3, 100, 0, 3),
+            (0x10, "@!P0  BRA 0x60", 40, 100, 0, 40),
+            (0x20, "SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [R89+UR17], R88", 1, 50, 0, 1),
+            (0x30, "@!P1  BRA 0xa0", 2, 50, 0, 2),
+            (0x40, "LDS.U16 R4, [R5]", 1, 100, 1, 0), (0x50, "EXIT", 0, 1, 0, 0),
+            (0x60, "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R189+URZ+0x40], R190", 0, 250, 0, 0),
+            (0x70, "@!P0  NANOSLEEP.SYNCS 0x989680", 0, 250, 0, 0),
+            (0x80, "@!P0  BRA 0x60", 0, 250, 0, 0), (0x90, "BRA 0x40", 0, 90, 0, 0),
+            (0xa0, "SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [R89+URZ], R88", 0, 0, 0, 0),
+            (0xb0, "@!P1  BRA 0xa0", 0, 0, 0, 0), (0xc0, "BRA 0x40", 0, 0, 0, 0)]  # fmt: skip
+    path = _csv(tmp_path / "w.csv.gz", rows)
+    found = sass_stalls.waits(sass_stalls.read_sass(path))
+    assert [(w.offset, w.barrier, w.executed, w.retried, w.retry_tries, w.samples) for w in found] == [
+        (0x00, "UR18+0x40", 100, 90, 250, 43), (0x20, "R89+UR17", 50, 0, 0, 3)]
+    assert sass_stalls.main([path, "--waits"]) == 0
+    assert "( 90%)" in capsys.readouterr().out

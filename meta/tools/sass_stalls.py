@@ -25,6 +25,13 @@ kernel's first instruction, block, region, samples, executions, the two top reas
 second, the consumers' ``setmaxnreg`` increase), the ``consumer loop`` (up to the last
 ``HGMMA``) and the ``epilogue`` (after it), with each range's ``no_inst`` (instruction fetch)
 samples.
+
+``--waits`` lists every mbarrier wait (``SYNCS...TRYWAIT`` followed by a branch to its retry
+block): how often it ran, how often its first try failed and the warp went to the retry block
+(``NANOSLEEP`` and ``TRYWAIT`` again), and the retry block's tries. ncu's PC sampling puts no
+samples in those retry blocks (a sleeping warp is not sampled there), so the stall columns
+under-count barrier waits; the execution counts do not. A wait whose first try fails on nearly
+every execution is one the warp always sleeps on.
 """
 
 from __future__ import annotations
@@ -124,6 +131,44 @@ def by_region(instructions: list[Instruction]) -> dict[str, tuple[int, int, Coun
 RANGES = ("prologue", "producer", "consumer loop", "epilogue")
 
 
+@dataclass
+class Wait:
+    offset: int  # of the first TRYWAIT
+    barrier: str  # its shared-memory operand, e.g. "UR18+0x40"
+    executed: int  # first tries
+    retried: int  # first tries that failed: entries into the retry block
+    retry_tries: int  # TRYWAITs executed in the retry block
+    samples: int  # on the TRYWAIT and its branch (none land in the retry block)
+
+
+def waits(instructions: list[Instruction]) -> list[Wait]:
+    """The mbarrier waits of the module docstring's ``--waits``, in code order. A first try is a
+    ``TRYWAIT`` (executed at least once) followed within 12 instructions by ``@!P BRA`` to a block
+    further on that holds another ``TRYWAIT``; the retry block's unpredicated ``BRA`` back counts the entries."""
+    by_address = {i.address: k for k, i in enumerate(instructions)}
+    out = []
+    for k, i in enumerate(instructions):
+        if "TRYWAIT" not in i.opcode or not i.executed:
+            continue
+        for j in range(k + 1, min(k + 12, len(instructions))):
+            m = re.match(r"@!U?P\d\s+BRA\s+0x([0-9a-f]+)", instructions[j].source)
+            if not m:
+                continue
+            target = int(m.group(1), 16)
+            start = by_address.get(target)
+            if start is None or target <= i.address:  # a retry block's own loop, not a first try
+                break
+            block = instructions[start : start + 8]
+            retry = next((r for r in block if "TRYWAIT" in r.opcode), None)
+            back = next((r for r in block if re.match(r"BRA\s+0x", r.source)), None)
+            if retry is not None and back is not None:
+                barrier = re.search(r"\[([^\]]+)\]", i.source)
+                out.append(Wait(i.offset, barrier.group(1) if barrier else "?", i.executed, back.executed,
+                                retry.executed, i.samples + instructions[j].samples))  # fmt: skip
+            break
+    return out
+
+
 def by_range(instructions: list[Instruction]) -> dict[str, tuple[int, int, Counter]]:
     """range (``RANGES``, the module docstring's ``--ranges``) -> (stall samples, warp
     instructions executed, stall reasons). A kernel without two ``USETMAXREG`` or without an
@@ -154,6 +199,7 @@ def main(argv=None) -> int:
     p.add_argument("csv", nargs="+", help="one or two ncu source CSVs (the second: the comparison)")
     p.add_argument("--top", type=int, default=0, help="list the N instructions with the most samples (first CSV)")
     p.add_argument("--ranges", action="store_true", help="also split by code range (prologue, producer, consumer loop, epilogue)")
+    p.add_argument("--waits", action="store_true", help="also list each mbarrier wait with how often it went to sleep")
     args = p.parse_args(argv)
     if len(args.csv) > 2:
         p.error("at most two CSVs")
@@ -185,6 +231,12 @@ def main(argv=None) -> int:
                 cells = f"{s:8d} {s / total:6.1%} {e:11d} {reasons['no_inst']:8d}"
                 line += f"{name:16s} {cells}" if k == 0 else f"   | {cells:>37s}"
             print(line)
+    if args.waits:
+        for path, run in zip(args.csv, runs):
+            print(f"\nmbarrier waits of {path} (offset, barrier, first tries, slept, retry tries, samples):")
+            for w in waits(run):
+                share = w.retried / w.executed
+                print(f"{w.offset:6x} [{w.barrier:16s}] {w.executed:9d} {w.retried:9d} ({share:4.0%}) {w.retry_tries:9d} {w.samples:7d}")
     if args.top:
         where = {}
         for k, block in enumerate(blocks(runs[0])):
