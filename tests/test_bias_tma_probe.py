@@ -1,0 +1,29 @@
+"""CPU check of meta/tools/bias_tma_probe.py (lab tool): its variants compile for sm_90a without a
+GPU, each to one bulk tensor copy of the rank its view says (the K/V control: two, the K/V kernel's
+two 64-column boxes). Skips without nvidia-cutlass-dsl."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from lab_tools import load_tool
+
+pytest.importorskip("cutlass")
+pytest.importorskip("tvm_ffi")
+
+probe = load_tool("bias_tma_probe")
+
+
+@pytest.mark.parametrize(("variant", "rank", "copies"), [("3d_w128_edges", 3, 1), ("rows_sw_w64_inside", 2, 1), ("kvpage", 3, 2)])
+def test_cute_bias_tma_probe_compiles(variant, rank, copies):
+    ptx = probe.compile_variant(variant, arch="sm_90a").ptx
+    found = re.findall(r"cp\.async\.bulk\.tensor\.(\d)d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes", ptx)
+    assert found == [str(rank)] * copies
+    assert "prefetch.tensormap" in ptx
+
+
+def test_bias_tma_probe_lists_its_variants(capsys):
+    assert probe.main(["--list"]) == 0
+    names = capsys.readouterr().out.split()
+    assert "kvpage" in names and "3d_w128_edges" in names and len(names) == len(probe.VARIANTS)
