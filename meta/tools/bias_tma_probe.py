@@ -38,6 +38,7 @@ VARIANTS = {
 # kernel's K/V TMA loads it (its mode order, its swizzled layout, two 64-column boxes)
 VARIANTS["kvpage"] = ("kvpage", 128, "inside")
 T, HQ, E, G, HEAD0 = 96, 8, 1024, 8, 0
+KV_PAGES = T * HQ * E // (128 * 128)  # the kvpage control's pages of 128 x 128
 
 
 def build(view: str, width: int):
@@ -54,8 +55,7 @@ def build(view: str, width: int):
         def __call__(self, mRel: cute.Tensor, mOut: cute.Tensor, mStarts: cute.Tensor, stream):
             rows = mRel.shape[0] * mRel.shape[1]
             if cutlass.const_expr(view == "kvpage"):
-                pages = mRel.shape[0] * mRel.shape[1] * mRel.shape[2] // (128 * 128)
-                cache = cute.make_tensor(mRel.iterator, cute.make_layout((pages, 128, 1, 128), stride=(128 * 128, 128, 128, 1)))
+                cache = cute.make_tensor(mRel.iterator, cute.make_layout((KV_PAGES, 128, 1, 128), stride=(128 * 128, 128, 128, 1)))
                 rel = cute.make_tensor(cache.iterator, cute.select(cache.layout, mode=[1, 3, 2, 0]))
             elif cutlass.const_expr(view == "3d"):
                 rel = cute.make_tensor(mRel.iterator, cute.select(mRel.layout, mode=[2, 1, 0]))
@@ -117,7 +117,7 @@ def build(view: str, width: int):
                     )
                     with cute.arch.elect_one():
                         cute.arch.mbarrier_arrive_and_expect_tx(mbar, 128 * 128 * 2)
-                    cute.copy(atom, gX_tma[None, tok % 48], sX_tma, tma_bar_ptr=mbar)
+                    cute.copy(atom, gX_tma[None, tok % KV_PAGES], sX_tma, tma_bar_ptr=mbar)
                 elif cutlass.const_expr(view == "3d"):
                     gB = cute.domain_offset((d_start, HEAD0, tok), tRel)
                     gBox = cute.local_tile(gB[None, None, 0], (width, G), (0, 0))
@@ -181,7 +181,7 @@ def run_variant(name: str) -> bool:
     torch.cuda.synchronize()
     if view == "kvpage":
         pages = rel.cpu().reshape(-1, 128, 128)
-        want = torch.stack([pages[t % 48][:G] for t in range(T)])
+        want = torch.stack([pages[t % KV_PAGES][:G] for t in range(T)])
         ok = torch.equal(out.cpu(), want)
         print(f"{name}: {'PASS' if ok else 'FAIL'} ({(out.cpu() != want).sum().item()} of {want.numel()} elements differ)")
         return ok
