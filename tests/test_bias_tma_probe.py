@@ -15,7 +15,7 @@ pytest.importorskip("tvm_ffi")
 probe = load_tool("bias_tma_probe")
 
 
-@pytest.mark.parametrize(("variant", "rank", "copies"), [("3d_w128_edges", 3, 1), ("rows_sw_w64_inside", 2, 1), ("kvpage", 3, 2)])
+@pytest.mark.parametrize(("variant", "rank", "copies"), [("3d_w128_edges", 3, 1), ("rows_sw_w64_inside", 2, 1), ("rows_static_w128_edges", 2, 1), ("kvpage", 3, 2)])
 def test_cute_bias_tma_probe_compiles(variant, rank, copies):
     ptx = probe.compile_variant(variant, arch="sm_90a").ptx
     found = re.findall(r"cp\.async\.bulk\.tensor\.(\d)d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes", ptx)

@@ -20,7 +20,12 @@ rows, both with the unit-stride mode first and an unswizzled box; ``rows``: (T *
 row-major (G, width) box, the mode order of the K/V pages' TMA that works; ``rows_sw``: the same
 with the 128-byte swizzle those pages use (64 distances a box); the box width (128 or 64
 distances); and the starts, ``edges`` (some below 0, some past
-E - width, as the band tiles' are) or ``inside`` (every box inside ``[0, E)``).
+E - width, as the band tiles' are) or ``inside`` (every box inside ``[0, E)``). Controls:
+``kvpage`` loads a 128 x 128 page of rel_logits' memory seen as a K cache, as the kernel's K/V
+TMA (which works on the H200) loads one; ``rows_static`` / ``rows_sw_static`` are ``rows`` /
+``rows_sw`` with E a compile-time 1024, as the K/V view's innermost extent (head_dim) is static.
+The first 13 variants all raised "illegal instruction" on the H200 (``meta/TUNING.md``, "fifth
+day"); the controls have not run yet.
 """
 
 
@@ -37,8 +42,14 @@ VARIANTS = {
 # the control: rel_logits' memory seen as a K cache of pages of 128 x 128, one page loaded as the
 # kernel's K/V TMA loads it (its mode order, its swizzled layout, two 64-column boxes)
 VARIANTS["kvpage"] = ("kvpage", 128, "inside")
+# the kernel's K/V view has a static innermost extent (head_dim), rel_logits' views above a dynamic
+# one (E); these two give the (T * Hq, E) view a static E
+VARIANTS["rows_static_w128_edges"] = ("rows_static", 128, "edges")
+VARIANTS["rows_sw_static_w64_edges"] = ("rows_sw_static", 64, "edges")
 T, HQ, E, G, HEAD0 = 96, 8, 1024, 8, 0
 KV_PAGES = T * HQ * E // (128 * 128)  # the kvpage control's pages of 128 x 128
+ROW_MAJOR = ("rows", "rows_sw", "rows_static", "rows_sw_static", "kvpage")  # boxes (rows, distances)
+SWIZZLED = ("rows_sw", "rows_sw_static", "kvpage")  # boxes in the 128-byte swizzle
 
 
 def build(view: str, width: int):
@@ -62,21 +73,23 @@ def build(view: str, width: int):
             elif cutlass.const_expr(view == "2d"):
                 # (E, T * Hq): row t * Hq + h is token t's head h (rel_logits contiguous over heads)
                 rel = cute.make_tensor(mRel.iterator, cute.make_layout((mRel.shape[2], rows), stride=(1, mRel.stride[1])))
+            elif cutlass.const_expr(view in ("rows_static", "rows_sw_static")):
+                rel = cute.make_tensor(mRel.iterator, cute.make_layout((rows, E), stride=(E, 1)))
             else:
                 rel = cute.make_tensor(mRel.iterator, cute.make_layout((rows, mRel.shape[2]), stride=(mRel.stride[1], 1)))
             if cutlass.const_expr(view == "kvpage"):
                 sw_atom = warpgroup.make_smem_layout_atom(
                     hopper.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, mRel.element_type, 128), mRel.element_type)
                 box = cute.tile_to_shape(sw_atom, (128, 128), order=(0, 1))
-            elif cutlass.const_expr(view == "rows_sw"):
+            elif cutlass.const_expr(view in SWIZZLED):
                 sw_atom = warpgroup.make_smem_layout_atom(
                     hopper.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, mRel.element_type, width), mRel.element_type)
                 box = cute.tile_to_shape(sw_atom, (G, width), order=(0, 1))
-            elif cutlass.const_expr(view == "rows"):
+            elif cutlass.const_expr(view in ROW_MAJOR):
                 box = cute.make_layout((G, width), stride=(width, 1))
             else:
                 box = cute.make_layout((width, G), stride=(1, width))
-            tiler = (G, width) if cutlass.const_expr(view in ("rows", "rows_sw")) else (width, G)
+            tiler = (G, width) if cutlass.const_expr(view in ROW_MAJOR) else (width, G)
             if cutlass.const_expr(view == "kvpage"):
                 tiler = (128, 128)
             atom, tRel = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), rel, box, tiler)
@@ -99,7 +112,7 @@ def build(view: str, width: int):
             if warp == 0:
                 cpasync.prefetch_descriptor(atom)
             storage = cutlass.memory.SmemAllocator().allocate(Storage)
-            if cutlass.const_expr(view in ("rows_sw", "kvpage")):
+            if cutlass.const_expr(view in SWIZZLED):
                 sBuf = storage.buf.get_tensor(box.outer, swizzle=box.inner)
             else:
                 sBuf = storage.buf.get_tensor(box)
@@ -137,7 +150,7 @@ def build(view: str, width: int):
             cute.arch.mbarrier_wait(mbar, 0)
             for k in cutlass.range_constexpr(width * G // 128):
                 e = tidx + k * 128
-                if cutlass.const_expr(view in ("rows", "rows_sw", "kvpage")):
+                if cutlass.const_expr(view in ROW_MAJOR):
                     mOut[tok, e // width, e % width] = sBuf[e // width, e % width]
                 else:
                     mOut[tok, e // width, e % width] = sBuf[e % width, e // width]
