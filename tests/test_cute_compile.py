@@ -131,8 +131,9 @@ def test_cute_compile_compact_grid():
     """The compact grid (what the plan picks for a prefill-class call of several requests)
     compiles through the backend's own path from its key without spills, at its own register
     split (40 producer registers), reads ``cu_seqlens_q`` in its scan (more global loads of it than
-    the dense grid's build) 32 requests a step, and leaves the GEMMs as they are. (The window is a runtime argument:
-    a global layer's compact key has this configuration too, :func:`test_cute_compact_grid_rule`.)"""
+    the dense grid's build) 32 requests a step, and leaves the GEMMs as they are. (The window is a
+    runtime argument: a global layer's compact key has this configuration too,
+    :func:`test_cute_compact_grid_rule`.)"""
     serving = _problem(heads=8, kv_heads=2, page=16, extent=512, window=511, reqs=2)
     plan = planning.plan(serving, HOPPER, backend="cute")
     assert plan.key.compact_grid and plan.launch.compact_grid

@@ -6,7 +6,8 @@ Run from the repository root (no GPU, no network; needs matplotlib, the ``[bench
 
 It reads ``--records`` (default: meta/bench/bench_records_archive.jsonl.gz, the records up to
 2026-12-04, then meta/bench/bench_records.jsonl) and takes, for every (case, page size, peer), the
-record with the newest ``timestamp`` (only records of ``--git-sha`` when given) and writes these PNGs to ``--out-dir``:
+record with the newest ``timestamp`` (only records of ``--git-sha`` when given) and writes these
+PNGs to ``--out-dir``:
 
 - ``perf_anchor_ratios.png``: the anchor cases (every case that is not a sweep case), peer time
   over ours per (case, page size), one panel per clock (eager: do_bench, launches included;

@@ -144,7 +144,8 @@ class Wait:
 def waits(instructions: list[Instruction]) -> list[Wait]:
     """The mbarrier waits of the module docstring's ``--waits``, in code order. A first try is a
     ``TRYWAIT`` (executed at least once) followed within 12 instructions by ``@!P BRA`` to a block
-    further on that holds another ``TRYWAIT``; the retry block's unpredicated ``BRA`` back counts the entries."""
+    further on that holds another ``TRYWAIT``; the retry block's unpredicated ``BRA`` back counts
+    the entries."""
     by_address = {i.address: k for k, i in enumerate(instructions)}
     out = []
     for k, i in enumerate(instructions):
