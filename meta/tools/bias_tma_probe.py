@@ -46,14 +46,21 @@ VARIANTS["kvpage"] = ("kvpage", 128, "inside")
 # one (E); these two give the (T * Hq, E) view a static E
 VARIANTS["rows_static_w128_edges"] = ("rows_static", 128, "edges")
 VARIANTS["rows_sw_static_w64_edges"] = ("rows_sw_static", 64, "edges")
+# the third suspect: a box's innermost start not a multiple of 16 bytes (Triton's interpreter refuses
+# such a descriptor load; tile-ai/tilelang#2527 reports "illegal instruction" for one); "aligned"
+# starts are multiples of 8 distances, at the edges and inside, and 136 is the width a band row needs
+# when its start is rounded down to one
+for _view, _width in (("rows", 128), ("rows", 136), ("3d", 128), ("rows_sw", 64), ("2d", 128)):
+    VARIANTS[f"{_view}_w{_width}_aligned"] = (_view, _width, "aligned")
 T, HQ, E, G, HEAD0 = 96, 8, 1024, 8, 0
 KV_PAGES = T * HQ * E // (128 * 128)  # the kvpage control's pages of 128 x 128
 ROW_MAJOR = ("rows", "rows_sw", "rows_static", "rows_sw_static", "kvpage")  # boxes (rows, distances)
 SWIZZLED = ("rows_sw", "rows_sw_static", "kvpage")  # boxes in the 128-byte swizzle
 
 
-def build(view: str, width: int):
-    """The jit function of one variant: ``(rel (T, Hq, E), out (T, G, width), starts (T,))``."""
+def build(view: str, width: int, dump: bool = False):
+    """The jit function of one variant: ``(rel (T, Hq, E), out (T, G, width), starts (T,))``. With
+    ``dump``, block 0 only copies the TMA descriptor into the first 128 bytes of ``out``."""
     import cutlass
     import cutlass.cute as cute
     from cutlass import Int64
@@ -92,15 +99,19 @@ def build(view: str, width: int):
                 mbar: cute.struct.MemRange[Int64, 1]
                 buf: cute.struct.Align[cute.struct.MemRange[mRel.element_type, tiler[0] * tiler[1]], 1024]
 
-            self.kernel(atom, tRel, mOut, mStarts, box, Storage).launch(
+            self.kernel(atom, tRel, mOut, mStarts, box, Storage, dump).launch(
                 grid=[mStarts.shape[0], 1, 1], block=[128, 1, 1], stream=stream
             )
 
         @cute.kernel
         def kernel(self, atom: cute.CopyAtom, tRel: cute.Tensor, mOut: cute.Tensor, mStarts: cute.Tensor,
-                   box: cute.Layout | cute.ComposedLayout, Storage: cutlass.Constexpr):  # fmt: skip
+                   box: cute.Layout | cute.ComposedLayout, Storage: cutlass.Constexpr, dump: cutlass.Constexpr):  # fmt: skip
             tidx, _, _ = cute.arch.thread_idx()
             tok, _, _ = cute.arch.block_idx()
+            if cutlass.const_expr(dump):
+                if tidx == 0 and tok == 0:
+                    cpasync.copy_tensormap(atom, mOut.iterator)
+                return
             warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
             if warp == 0:
                 cpasync.prefetch_descriptor(atom)
@@ -141,17 +152,18 @@ def build(view: str, width: int):
                         cute.arch.mbarrier_arrive_and_expect_tx(mbar, width * G * 2)
                     cute.copy(atom, gBox_tma, sBox, tma_bar_ptr=mbar)
             cute.arch.mbarrier_wait(mbar, 0)
-            for k in cutlass.range_constexpr(width * G // 128):
+            for k in cutlass.range_constexpr((width * G + 127) // 128):
                 e = tidx + k * 128
-                if cutlass.const_expr(view in ROW_MAJOR):
-                    mOut[tok, e // width, e % width] = sBuf[e // width, e % width]
-                else:
-                    mOut[tok, e // width, e % width] = sBuf[e % width, e // width]
+                if e < width * G:
+                    if cutlass.const_expr(view in ROW_MAJOR):
+                        mOut[tok, e // width, e % width] = sBuf[e // width, e % width]
+                    else:
+                        mOut[tok, e // width, e % width] = sBuf[e % width, e // width]
 
     return Probe()
 
 
-def compile_variant(name: str, arch: str | None = None):
+def compile_variant(name: str, arch: str | None = None, dump: bool = False):
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
@@ -162,31 +174,40 @@ def compile_variant(name: str, arch: str | None = None):
     tokens, heads, extent = cute.sym_int32(), cute.sym_int32(), cute.sym_int32(divisibility=8)
     rel = make_fake_tensor(cutlass.BFloat16, (tokens, heads, extent),
                            (cute.sym_int64(divisibility=8), cute.sym_int32(divisibility=8), 1), assumed_align=16)  # fmt: skip
-    out = make_fake_tensor(cutlass.BFloat16, (tokens, G, width), (G * width, width, 1), assumed_align=16)
+    out = make_fake_tensor(cutlass.BFloat16, (tokens, G, width), (G * width, width, 1), assumed_align=64)
     starts = make_fake_tensor(cutlass.Int32, (tokens,), (1,), assumed_align=4)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    probe = build(view, width)
+    probe = build(view, width, dump)
     kwargs = {"arch": arch} if arch else {}
     return cute_runtime.compile_with(lambda flags: cute.compile(probe, rel, out, starts, stream, options=flags),
-                                     ptx=True, name=name, **kwargs)  # fmt: skip
+                                     ptx=True, name=name + ("_dump" if dump else ""), **kwargs)  # fmt: skip
 
 
-def run_variant(name: str) -> bool:
+def inputs(name: str, device: str = "cuda"):
+    """``(rel (T, Hq, E), starts (T,), out (T, G, width) of NaN)`` on ``device``, seeded."""
     import torch
 
-    view, width, starts_kind = VARIANTS[name]
-    compiled = compile_variant(name)
+    _, width, starts_kind = VARIANTS[name]
     gen = torch.Generator().manual_seed(0)
-    rel = torch.randn(T, HQ, E, generator=gen).to(torch.bfloat16).cuda()
+    rel = torch.randn(T, HQ, E, generator=gen).to(torch.bfloat16).to(device)
     if starts_kind == "inside":
         starts = torch.randint(0, E - width + 1, (T,), generator=gen, dtype=torch.int32)
+    elif starts_kind == "aligned":  # multiples of 8: below 0, straddling 0, at 0, inside, straddling E, past E
+        starts = torch.tensor([(-width - 8, -width + 8, -48, 0, 8, (E - width) // 8 * 8, E - 48, E + 8)[t % 8] for t in range(T)], dtype=torch.int32)
     else:  # below 0, straddling 0, straddling E, past E, inside
         starts = torch.tensor([(-width - 5, -width + 3, -47, 0, 5, E - width, E - 47, E + 3)[t % 8] for t in range(T)], dtype=torch.int32)
-    out = torch.full((T, G, width), float("nan"), dtype=torch.bfloat16, device="cuda")
-    compiled.function(rel, out, starts.cuda())
-    torch.cuda.synchronize()
+    out = torch.full((T, G, width), float("nan"), dtype=torch.bfloat16, device=device)
+    return rel, starts.to(device), out
+
+
+def check(name: str, rel, starts, out, label: str | None = None) -> bool:
+    """Compare ``out`` with what variant ``name`` should have loaded; print PASS / FAIL."""
+    import torch
+
+    view, width, _ = VARIANTS[name]
+    rel, starts, out = rel.cpu(), starts.cpu(), out.cpu()
     if view == "kvpage":  # the first G rows of page t % KV_PAGES
-        pages = rel.cpu().reshape(-1, 128, 128)
+        pages = rel.reshape(-1, 128, 128)
         want = torch.stack([pages[t % KV_PAGES][:G] for t in range(T)])
     else:
         d = starts[:, None] + torch.arange(width)[None, :]  # (T, width)
@@ -194,11 +215,96 @@ def run_variant(name: str) -> bool:
         want = torch.zeros(T, G, width, dtype=torch.bfloat16)
         for t in range(T):
             cols = inside[t].nonzero().flatten()
-            want[t][:, cols] = rel[t, HEAD0:HEAD0 + G][:, d[t, cols]].cpu()
-    ok = torch.equal(out.cpu(), want)
-    bad = (out.cpu() != want).sum().item()
-    print(f"{name}: {'PASS' if ok else 'FAIL'} ({bad} of {want.numel()} elements differ)")
+            want[t][:, cols] = rel[t, HEAD0:HEAD0 + G][:, d[t, cols]]
+    ok = torch.equal(out, want)
+    bad = (out != want).sum().item()
+    print(f"{label or name}: {'PASS' if ok else 'FAIL'} ({bad} of {want.numel()} elements differ)")
     return ok
+
+
+def run_variant(name: str) -> bool:
+    import torch
+
+    compiled = compile_variant(name)
+    rel, starts, out = inputs(name)
+    compiled.function(rel, out, starts)
+    torch.cuda.synchronize()
+    return check(name, rel, starts, out)
+
+
+def driver_descriptor(name: str, rel):
+    """The descriptor ``cuTensorMapEncodeTiled`` makes for variant ``name``'s view and box (rows
+    views only; None for the others), as 16 little-endian 64-bit words."""
+    import struct
+
+    from cuda.bindings import driver as cu
+
+    view, width, _ = VARIANTS[name]
+    if view not in ("rows", "rows_static", "rows_sw", "rows_sw_static"):
+        return None
+    swizzle = cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if view in SWIZZLED else cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, rel.data_ptr(), [E, T * HQ], [E * 2], [width, G], [1, 1],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )  # fmt: skip
+    if err != cu.CUresult.CUDA_SUCCESS:
+        print(f"cuTensorMapEncodeTiled: {err}")
+        return None
+    raw = bytes(tmap.opaque) if not isinstance(tmap.opaque, bytes) else tmap.opaque
+    if len(raw) != 128:  # opaque as 16 uint64 words
+        raw = b"".join(struct.pack("<Q", int(w)) for w in tmap.opaque)
+    return list(struct.unpack("<16Q", raw))
+
+
+def dump_variant(name: str) -> bool:
+    """Print the descriptor the DSL built for variant ``name`` (copied out by the kernel, no TMA
+    copy issued) beside the driver's for the same view; True if the kernel ran."""
+    import struct
+
+    import torch
+
+    compiled = compile_variant(name, dump=True)
+    rel, starts, out = inputs(name)
+    compiled.function(rel, out, starts)
+    torch.cuda.synchronize()
+    # the DSL's copy_tensormap stores the descriptor's first 64 bytes (sm_90a PTX: four 16-byte stores)
+    words = list(struct.unpack("<8Q", out.flatten().view(torch.uint8)[:64].cpu().numpy().tobytes()))
+    print(f"{name} descriptor (DSL, first 64 bytes), rel at 0x{rel.data_ptr():x}:")
+    print("  " + " ".join(f"{w:016x}" for w in words))
+    ref = driver_descriptor(name, rel)
+    if ref is not None:
+        print(f"{name} descriptor (cuTensorMapEncodeTiled, L2 promotion none, OOB fill none):")
+        print("  " + " ".join(f"{w:016x}" for w in ref))
+        print("  words that differ (of the first 8): " + (", ".join(str(i) for i in range(8) if words[i] != ref[i]) or "none"))
+    return True
+
+
+def run_triton(name: str, device: str = "cuda") -> bool:
+    """The same boxes loaded by a Triton kernel through a host-built TMA descriptor (rows views):
+    whether TMA reads rel_logits on this GPU at all, outside the DSL."""
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    view, width, _ = VARIANTS[name]
+
+    @triton.jit
+    def load_boxes(desc, out_ptr, starts_ptr, HQ_: tl.constexpr, HEAD0_: tl.constexpr, G_: tl.constexpr, W: tl.constexpr):
+        t = tl.program_id(0)
+        box = desc.load([t * HQ_ + HEAD0_, tl.load(starts_ptr + t)])
+        rows = tl.arange(0, G_)[:, None]
+        cols = tl.arange(0, W)[None, :]
+        tl.store(out_ptr + t * G_ * W + rows * W + cols, box)
+
+    rel, starts, out = inputs(name, device)
+    desc = TensorDescriptor.from_tensor(rel.view(T * HQ, E), [G, width])
+    load_boxes[(T,)](desc, out, starts, HQ, HEAD0, G, width)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return check(name, rel, starts, out, label=f"{name} (Triton TMA)")
 
 
 def main(argv=None) -> int:
@@ -206,6 +312,8 @@ def main(argv=None) -> int:
     p.add_argument("--list", action="store_true", help="print the variant names")
     p.add_argument("--compile-only", action="store_true", help="compile every variant for sm_90a (no GPU)")
     p.add_argument("--variant", choices=sorted(VARIANTS), help="run this variant on the GPU and check it")
+    p.add_argument("--dump", choices=sorted(VARIANTS), help="print this variant's descriptor beside the driver's (GPU)")
+    p.add_argument("--triton", choices=sorted(VARIANTS), help="load this variant's boxes by Triton's TMA instead (GPU)")
     args = p.parse_args(argv)
     if args.list:
         print(" ".join(VARIANTS))
@@ -218,7 +326,11 @@ def main(argv=None) -> int:
         return 0
     if args.variant:
         return 0 if run_variant(args.variant) else 1
-    p.error("give --list, --compile-only or --variant")
+    if args.dump:
+        return 0 if dump_variant(args.dump) else 1
+    if args.triton:
+        return 0 if run_triton(args.triton) else 1
+    p.error("give --list, --compile-only, --variant, --dump or --triton")
     return 2
 
 
