@@ -323,6 +323,51 @@ def test_cute_compile_bias_bulk(tmp_path):
     assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
 
 
+def test_cute_tma_bias_width():
+    """``bias_tma``'s row width: ``tile_n`` plus 8 distances of slop, widened until one token's box
+    of ``G`` rows is whole 128-byte lines."""
+    from inkling_ops.kernels.cute_fwd_sm90 import tma_bias_width
+
+    widths = {g: tma_bias_width(128, g) for g in (1, 2, 4, 8, 16, 32)}
+    assert widths == {1: 192, 2: 160, 4: 144, 8: 136, 16: 136, 32: 136}
+    assert all(g * w * 2 % 128 == 0 and w >= 136 for g, w in widths.items())
+
+
+def test_cute_bias_tma_needs_group_dividing_32(monkeypatch):
+    """The kernel refuses ``bias_tma`` where a token's rows could cross a producer warp's; the
+    backend's schedule then leaves it off (bias_bulk stages the same values)."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=3)
+    with pytest.raises(ValueError, match="q_per_kv to divide 32"):
+        cute_fwd_sm90.RelAttnFwdSm90(config, bias_tma=True)
+    monkeypatch.setitem(cute_fwd_sm90.SCHEDULE, "bias_tma", True)
+    assert cute_fwd_sm90.schedule(config)["bias_tma"] is False
+    eight = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    assert cute_fwd_sm90.schedule(eight)["bias_tma"] is True
+
+
+@pytest.mark.parametrize(("group", "width"), [(8, 136), (4, 144)])
+def test_cute_compile_bias_tma(group, width, tmp_path):
+    """``bias_tma``: a band tile's bias is one 3-D TMA box a token (32 / G a producer warp, at the
+    two staging call sites), the box's bytes in one arrival a token, no bulk copies of rows, the
+    descriptor prefetched with K's and V's, and no spills."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
+    ptx = cute_runtime.compile_with(
+        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_tma=True), arch="sm_90a", ptx=True
+    ).ptx
+    boxes = re.findall(r"cp\.async\.bulk\.tensor\.3d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes", ptx)
+    assert len(boxes) == 2  # one a staging site, in a loop of 32 / G boxes
+    assert "cp.async.bulk.shared" not in ptx
+    # a token's first row's arrival carries the box's bytes, once at each staging site
+    assert len(re.findall(rf"selp\.b32\s+%r\d+, {group * width * 2}, 0,", ptx)) == 2
+    assert ptx.count("prefetch.tensormap") == 3
+    spills = _ptxas_spills(ptx, tmp_path)
+    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
+
+
 def _ptxas_spills(ptx: str, tmp_path) -> list[tuple[str, str]] | None:
     """ptxas's (spill store bytes, spill load bytes) per function of ``ptx``; None without ptxas, or
     with a ptxas older than the PTX's version (the H200 image's ptxas exited 255 on the DSL's PTX

@@ -94,8 +94,12 @@ COMPACT_GRID_SCHEDULE = dict(producer_regs=40)
 
 def schedule(config: "CuteFwdConfig") -> dict:
     """The schedule options the backend builds ``config`` with: :data:`SCHEDULE`, and over it
-    :data:`COMPACT_GRID_SCHEDULE` on the compact grid. Pure."""
-    return {**SCHEDULE, **COMPACT_GRID_SCHEDULE} if config.compact_grid else dict(SCHEDULE)
+    :data:`COMPACT_GRID_SCHEDULE` on the compact grid; ``bias_tma`` only where ``q_per_kv``
+    divides 32 (elsewhere ``bias_bulk`` stages the same values). Pure."""
+    options = {**SCHEDULE, **COMPACT_GRID_SCHEDULE} if config.compact_grid else dict(SCHEDULE)
+    if options.get("bias_tma") and 32 % config.q_per_kv:
+        options["bias_tma"] = False
+    return options
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,18 @@ class CuteFwdConfig:
         kv = 2 * STAGES * self.tile_n * self.head_dim * elem
         bias = self.tile_m * self.bias_width * elem
         return q + kv + bias
+
+
+def tma_bias_width(tile_n: int, group: int, elem_bytes: int = 2) -> int:
+    """Distances a row of ``bias_tma``'s buffer holds: ``tile_n`` plus 16 bytes of slop (a box
+    starts at a 16-byte-aligned distance: the TMA unit faults on any other innermost start), widened
+    by 8 distances at a time until one token's box of ``group`` rows is a whole number of 128-byte
+    lines, so every box lands 128-byte aligned (136 at group 8 or 16, 144 at 4, 160 at 2, 192 at 1).
+    Pure."""
+    width = tile_n + CHUNK
+    while (group * width * elem_bytes) % 128:
+        width += CHUNK
+    return width
 
 
 def _cutlass_dtype(name: str):
@@ -265,6 +281,12 @@ class RelAttnFwdSm90:
       ``[0, E)``, instead of one ``cp.async`` per 16 bytes (17 a row, each with its own address
       math); it arrives on the bias barrier with that many transaction bytes
       (``mbarrier.arrive.expect_tx``), so the phase completes when every row has landed.
+    - ``bias_tma``: the bias rows of one token (its ``G`` query heads, consecutive rows of the tile)
+      in one TMA box of a ``(E, Hq, T)`` view of rel_logits, ``bias_width`` distances from the
+      same 16-byte-aligned ``d0`` (:func:`tma_bias_width`), issued warp by warp (``32 / G`` copies a
+      producer warp instead of 32 bulk copies, one lane at a time). Distances outside ``[0, E)``
+      arrive as zeros (the TMA unit's out-of-bounds fill), which is what ``lean_mask`` reads, so no
+      thread writes zeros. Needs ``G`` to divide 32; over ``bias_bulk`` when both are set.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -292,7 +314,7 @@ class RelAttnFwdSm90:
     def __init__(self, config: CuteFwdConfig, *, pingpong: bool = True, producer_regs: int = 24,
                  consumer_regs: int = 240, release_per_warp: bool = False, consumer_fence: bool = True,
                  debug_all_plain: bool = False, debug_skip_bias_copies: bool = False, fence_gathered_only: bool = False,
-                 bias_per_wg: bool = False, bias_bulk: bool = False, kv_len_mask: bool = True,
+                 bias_per_wg: bool = False, bias_bulk: bool = False, bias_tma: bool = False, kv_len_mask: bool = True,
                  lean_mask: bool = False, rescale_threshold: float = 0.0,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
@@ -319,19 +341,24 @@ class RelAttnFwdSm90:
         self.fence_gathered_only = fence_gathered_only
         self.bias_per_wg = bias_per_wg
         self.bias_bulk = bias_bulk
+        self.bias_tma = bias_tma
+        if bias_tma:
+            if config.q_per_kv > 32 or 32 % config.q_per_kv:
+                raise ValueError(f"bias_tma needs q_per_kv to divide 32 (one token's box within a warp's rows); it is {config.q_per_kv}")
+            self.bias_width = tma_bias_width(config.tile_n, config.q_per_kv)
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
         if not 0.0 <= rescale_threshold <= 16.0:
             raise ValueError(f"rescale_threshold is {rescale_threshold}; expected 0 (off) to 16 (log2 units)")
         self.rescale_threshold = float(rescale_threshold)
-        if lean_mask and not bias_bulk:
-            raise ValueError("lean_mask needs bias_bulk (its producer writes a row's zeros with its copy)")
+        if lean_mask and not (bias_bulk or bias_tma):
+            raise ValueError("lean_mask needs bias_bulk or bias_tma (the zeros past E come with a row's copy)")
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
         self.zero_row = config.tile_m
         self.bias_rows = config.tile_m + 1 if lean_mask else config.tile_m
-        if bias_bulk and config.tile_m != PRODUCER_THREADS:
-            raise ValueError(f"bias_bulk stages one row a producer thread; tile_m is {config.tile_m}")
+        if (bias_bulk or bias_tma) and config.tile_m != PRODUCER_THREADS:
+            raise ValueError(f"bias_bulk and bias_tma stage one row a producer thread; tile_m is {config.tile_m}")
         #: bias barriers (full / empty pairs): one a consumer warpgroup with bias_per_wg
         self.bias_halves = 2 if bias_per_wg else 1
         if bias_per_wg not in (False, True, "tile_pages"):
@@ -434,10 +461,18 @@ class RelAttnFwdSm90:
         if const_expr(self.tma_kv):
             tma_atom_k, tK_pages = self._tma_pages(mK, sKV_layout)
             tma_atom_v, tV_pages = self._tma_pages(mV, sKV_layout)
+        # with bias_tma: the atom of one token's bias box and the (E, Hq, T) coordinates of rel_logits
+        tma_atom_b = tB_rel = None
+        if const_expr(self.bias_tma):
+            rel_view = cute.make_tensor(mRel.iterator, cute.select(mRel.layout, mode=[2, 1, 0]))
+            box = (self.bias_width, self.group)
+            tma_atom_b, tB_rel = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileG2SOp(), rel_view, cute.make_layout(box, stride=(1, box[0])), box
+            )
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
             sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
-            tma_atom_v, tK_pages, tV_pages, SharedStorage,
+            tma_atom_v, tK_pages, tV_pages, tma_atom_b, tB_rel, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, grid_req], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -470,6 +505,8 @@ class RelAttnFwdSm90:
         tma_atom_v: cute.CopyAtom | None,
         tK_pages: cute.Tensor | None,
         tV_pages: cute.Tensor | None,
+        tma_atom_b: cute.CopyAtom | None,
+        tB_rel: cute.Tensor | None,
         SharedStorage: cutlass.Constexpr,
     ):
         tile_m, tile_n, G = self.tile_m, self.tile_n, self.group
@@ -479,6 +516,9 @@ class RelAttnFwdSm90:
             if warp_idx == 0:
                 cpasync.prefetch_descriptor(tma_atom_k)
                 cpasync.prefetch_descriptor(tma_atom_v)
+        if const_expr(self.bias_tma):
+            if warp_idx == 1:
+                cpasync.prefetch_descriptor(tma_atom_b)
         m_rev, kv_head, req = cute.arch.block_idx()
 
         # the metadata clamped as inkling_ops/metadata.py says (no change when it is valid)
@@ -561,7 +601,7 @@ class RelAttnFwdSm90:
                 self._produce(
                     mK, mV, mRel, sK, sV, sB, mBlockTable[req, None], page_div, kv_head, kv_len, q_start, q_len,
                     q_head0, offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom,
-                    (tma_atom_k, tK_pages), (tma_atom_v, tV_pages),
+                    (tma_atom_k, tK_pages), (tma_atom_v, tV_pages), (tma_atom_b, tB_rel),
                 )  # fmt: skip
             else:
                 cute.arch.setmaxregister_increase(self.consumer_regs)
@@ -578,10 +618,11 @@ class RelAttnFwdSm90:
     @cute.jit
     def _produce(self, mK, mV, mRel, sK, sV, sB, block_row, page_div, kv_head, kv_len, q_start, q_len, q_head0,
                  offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom, tma_k,
-                 tma_v):  # fmt: skip
+                 tma_v, tma_b):  # fmt: skip
         """Issue the loads in the order the consumers use them: K of the next tile before V of the
         current one (QK of tile i + 1 is issued before PV of tile i), the bias of a band tile after.
-        ``tma_k`` / ``tma_v``: (TMA atom, page coordinates) with ``tma_kv``, else (None, None)."""
+        ``tma_k`` / ``tma_v``: (TMA atom, page coordinates) with ``tma_kv``, else (None, None);
+        ``tma_b``: (TMA atom, rel_logits coordinates) with ``bias_tma``, else (None, None)."""
         pipe_k, pipe_v, pipe_b = pipes
         thr_copy = copy_kv.get_slice(tidx)
         tTcT = thr_copy.partition_S(cute.make_identity_tensor((self.tile_n, self.head_dim)))
@@ -598,7 +639,7 @@ class RelAttnFwdSm90:
                 self._copy_rows(mK, sK, 0, pipe_k, kv_head, page_k, slot_k, thr_copy, tTcT, copy_atom)
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     page_v, slot_v = page_k, slot_k
@@ -608,13 +649,13 @@ class RelAttnFwdSm90:
                     self._copy_rows(mV, sV, it, pipe_v, kv_head, page_v, slot_v, thr_copy, tTcT, copy_atom)
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
             else:
                 self._load_kv(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
                               thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     if it + 1 < n_tiles:
@@ -624,7 +665,7 @@ class RelAttnFwdSm90:
                                   tTcT, copy_atom, pages_v)  # fmt: skip
                     if it + 1 < num_band:
                         self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1])  # fmt: skip
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -733,14 +774,14 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _load_bias(self, mRel, sB, bias_use, pipe, q_start, q_len, q_head0, offset, m_block, n0, rel_extent, tidx,
-                   copy_atom, page_size):  # fmt: skip
+                   copy_atom, page_size, tma_b):  # fmt: skip
         """Wait for the bias buffer, then stage, per packed row of the tile (one row a producer
         thread), the distances ``[d0, d0 + bias_width)`` of its rel_logits row,
         ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
         Distances outside ``[0, E)`` are not copied (the softmax never reads them): with
         ``bias_bulk`` one bulk copy of the rest (:meth:`_bulk_bias_row`), else one ``cp.async`` per
-        16-byte chunk inside ``[0, E)``. ``bias_use``: the tile's index among the walk's band tiles
-        (its place in the bias pipeline)."""
+        16-byte chunk inside ``[0, E)``; with ``bias_tma`` one box a token (:meth:`_tma_bias_rows`).
+        ``bias_use``: the tile's index among the walk's band tiles (its place in the bias pipeline)."""
         state = _state(1, bias_use, 0, (bias_use % 2) ^ 1)
         if const_expr(self.bias_per_wg):
             # thread t stages row t, which the consumer warpgroup t // 64 reads
@@ -749,6 +790,9 @@ class RelAttnFwdSm90:
         pipe.producer_acquire(state)
         # the rows that stage their slice: those of the request's tokens (none with debug_skip_bias_copies)
         staged_len = Int32(0) if const_expr(self.debug_skip_bias_copies) else q_len
+        if const_expr(self.bias_tma):
+            self._tma_bias_rows(tma_b, sB, pipe, state, m_block, q_start, staged_len, q_head0, offset, n0, tidx)
+            return
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
@@ -770,6 +814,41 @@ class RelAttnFwdSm90:
         if const_expr(not self.bias_bulk):
             # each thread's cp.async arrive; with bias_bulk its arrive.expect_tx was its arrival
             pipe.producer_commit(state)
+
+    @cute.jit
+    def _tma_bias_rows(self, tma_b, sB, pipe, state, m_block, q_start, staged_len, q_head0, offset, n0, tidx):
+        """``bias_tma``'s staging: per token of the request among the tile's rows, one TMA box of
+        ``G`` heads by ``bias_width`` distances from ``d0`` (as :meth:`_load_bias` computes it, a
+        multiple of 8) into its ``G`` rows of the buffer, zeros outside ``[0, E)``.
+
+        Every producer thread arrives once on the bias barrier (the count it expects); the thread of
+        a token's first row adds the box's bytes (``mbarrier.arrive.expect_tx``). Each producer warp
+        then issues the boxes of its 32 rows, ``32 / G`` of them, one after another: the branch and
+        the coordinates are warp-uniform, and the DSL's copy elects the issuing lane. Rows past the
+        request's tokens get no box (nor bytes)."""
+        atom, tRel = tma_b
+        G, W = self.group, self.bias_width
+        full = pipe.producer_get_barrier(state)
+        row = m_block * self.tile_m + tidx
+        size = Int32(0)
+        if row % G == 0 and row // G < staged_len:
+            size = Int32(G * W * (self.dtype.width // 8))
+        cute.arch.mbarrier_arrive_and_expect_tx(full, size)
+        box = cute.make_layout((W, G), stride=(1, W))
+        warp_row0 = cute.arch.make_warp_uniform(cute.arch.warp_idx()) * 32
+        for k in cutlass.range(32 // G, unroll=1):  # a loop, not unrolled: the producer has 32 registers
+            r = warp_row0 + k * G
+            tok = (m_block * self.tile_m + r) // G
+            if tok < staged_len:
+                d0 = (offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1)
+                gB = cute.domain_offset((d0, q_head0, q_start + tok), tRel)
+                gBox = cute.local_tile(gB[None, None, 0], (W, G), (0, 0))
+                dst = cute.make_ptr(self.dtype, (sB.iterator + r * W).toint(), cute.AddressSpace.smem, assumed_align=128)
+                sBox = cute.make_tensor(dst, box)
+                sX, gX = cpasync.tma_partition(
+                    atom, 0, cute.make_layout(1), cute.group_modes(sBox, 0, 2), cute.group_modes(gBox, 0, 2)
+                )
+                cute.copy(atom, gX, sX, tma_bar_ptr=full)
 
     @cute.jit
     def _bulk_bias_row(self, mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent):

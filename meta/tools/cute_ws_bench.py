@@ -77,6 +77,9 @@ VARIANTS = {
     # the band tiles' bias buffer committed with nothing copied into it: the staging's cost, by
     # difference with the build (and allplain's, the consumers' bias work)
     "bias_nostage": dict(debug_skip_bias_copies=True),
+    # one TMA box a token's G bias rows (32 / G copies a producer warp; zeros outside [0, E) by
+    # the TMA unit's fill) instead of one bulk copy a row
+    "bias_tma": dict(bias_tma=True),
     # the bias rows by 17 cp.async each (the build: one bulk copy, the TMA unit's 1-D copy, a row);
     # lean_mask, whose zeros ride on the bulk copy, off with it
     "no_bias_bulk": dict(bias_bulk=False, lean_mask=False),
