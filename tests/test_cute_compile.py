@@ -53,8 +53,9 @@ def _compile_ptx(problem: RelAttnProblem) -> str:
 
 
 def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = None, compact_grid: bool = False,
-                      stmatrix: bool | None = None) -> None:  # fmt: skip
+                      stmatrix: bool | None = None, bias_tma: bool | None = None) -> None:  # fmt: skip
     """What every build of the kernel holds. ``bias_bulk``: whether the bias rows are bulk copies;
+    ``bias_tma``: whether they are TMA boxes, one a token (over ``bias_bulk``; None: as in SCHEDULE);
     ``stmatrix``: whether O goes into shared memory by ``stmatrix`` (None: as in SCHEDULE);
     ``compact_grid``: the compact grid's build (its register split)."""
     from inkling_ops.kernels import cute_fwd_sm90
@@ -63,6 +64,8 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = N
     built = cute_fwd_sm90.schedule(config)
     if bias_bulk is None:
         bias_bulk = built.get("bias_bulk", False)
+    if bias_tma is None:
+        bias_tma = built.get("bias_tma", False)
     if stmatrix is None:
         stmatrix = built.get("stmatrix_epilogue", False)
     # the epilogue's O into shared memory: 8 stmatrix (x4, four 8x8 matrices each) a thread
@@ -74,9 +77,12 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = N
     # the K/V gather (16 rows a thread, K in two places, V in one) and Q: 16-byte cp.async (cg: L2
     # only); and the staged bias, unless bias_bulk: 17 16-byte chunks a row, one row a producer
     # thread, two call sites (with it, one bulk copy a row at each)
-    chunks = 48 + (0 if bias_bulk else 2 * 17)
+    chunks = 48 + (0 if bias_bulk or bias_tma else 2 * 17)
     assert len(re.findall(r"cp\.async\.cg\.shared\.global(?:\.L2::\d+B)? \[[^]]+\], \[[^]]+\], 16", ptx)) >= chunks
-    if bias_bulk:
+    if bias_tma:  # a loop of boxes at each of the two staging sites, and no bulk copy of a row
+        assert len(re.findall(r"cp\.async\.bulk\.tensor\.3d\.shared::cta\.global\.tile", ptx)) == 2
+        assert "cp.async.bulk.shared" not in ptx
+    elif bias_bulk:
         assert len(re.findall(r"cp\.async\.bulk\.shared::cluster\.global\.mbarrier::complete_tx::bytes", ptx)) == 2
     assert "ex2.approx" in ptx
     assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
@@ -188,7 +194,8 @@ def test_cute_compile_lean_mask_option():
             lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
         ).ptx
 
-    lean, build = ptx_of(), ptx_of(lean_mask=False)
+    # with bias_bulk's staging (bias_tma's zeros are the TMA unit's fill: no stores, no fence)
+    lean, build = ptx_of(bias_tma=False), ptx_of(lean_mask=False, bias_tma=False)
     assert not re.search(r"\.local\s", lean), "registers spilled to local memory"
     fence = r"fence\.proxy\.async\.shared::cta"
     # one a bias staging site (the walk's first band tile and the loop's)
@@ -311,9 +318,11 @@ def test_cute_compile_bias_bulk(tmp_path):
         ).ptx
 
     # lean_mask (in SCHEDULE) needs bias_bulk, so both sides build without it
-    bulk, chunked = ptx(bias_bulk=True, lean_mask=False), ptx(bias_bulk=False, lean_mask=False)
-    _check_hopper_ptx(bulk, bias_bulk=True)
-    _check_hopper_ptx(chunked, bias_bulk=False)
+    # (and bias_tma, which would stage instead of either)
+    bulk = ptx(bias_bulk=True, lean_mask=False, bias_tma=False)
+    chunked = ptx(bias_bulk=False, lean_mask=False, bias_tma=False)
+    _check_hopper_ptx(bulk, bias_bulk=True, bias_tma=False)
+    _check_hopper_ptx(chunked, bias_bulk=False, bias_tma=False)
     assert "cp.async.bulk.shared" not in chunked
     expects = r"mbarrier\.arrive\.expect_tx"
     assert len(re.findall(expects, bulk)) == len(re.findall(expects, chunked)) + 2
@@ -364,6 +373,12 @@ def test_cute_compile_bias_tma(group, width, tmp_path):
     # a token's first row's arrival carries the box's bytes, once at each staging site
     assert len(re.findall(rf"selp\.b32\s+%r\d+, {group * width * 2}, 0,", ptx)) == 2
     assert ptx.count("prefetch.tensormap") == 3
+    # the zeros past E are the TMA unit's fill: no generic stores to fence before the next box
+    bulk = cute_runtime.compile_with(
+        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_tma=False, lean_mask=False), arch="sm_90a", ptx=True
+    ).ptx
+    fence = r"fence\.proxy\.async\.shared::cta"
+    assert len(re.findall(fence, ptx)) == len(re.findall(fence, bulk))
     spills = _ptxas_spills(ptx, tmp_path)
     assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
 
@@ -409,7 +424,8 @@ def test_cute_compile_tma_kv(tmp_path):
     expects = re.findall(rf"mov\.b32\s+%r\d+, {tile_bytes};\s+mbarrier\.arrive\.expect_tx\.shared\.b64", ptx)
     assert len(expects) == 3
     assert len(re.findall(r"mov\.b32\s+%r\d+, 127;\s+mbarrier\.arrive\.shared\.b64", ptx)) == 3
-    assert ptx.count("prefetch.tensormap") == 2
+    # K's and V's descriptors, and the bias box's with bias_tma (in SCHEDULE since its A/B)
+    assert ptx.count("prefetch.tensormap") == 2 + cute_fwd_sm90.schedule(config)["bias_tma"]
     spills = _ptxas_spills(ptx, tmp_path)  # None without ptxas: the PTX checks above still ran
     assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
 

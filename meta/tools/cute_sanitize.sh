@@ -2,6 +2,7 @@
 # compute-sanitizer memcheck and racecheck on a few small calls of the CuTe backend (issue 17, item 4).
 #
 #   bash meta/tools/cute_sanitize.sh SHA      # on the H200, from the repository root
+#   TOOLS=memcheck bash meta/tools/cute_sanitize.sh SHA   # the plain run and memcheck only
 #
 # 1. a plain run of meta/tools/cute_sanitize_cases.py: the cases are correct, and their kernels are
 #    compiled once into a private kernel store (so the sanitized runs only load them);
@@ -31,7 +32,7 @@ say "== plain run (correctness; compiles into $INKLING_OPS_CACHE_DIR)"
 python3 meta/tools/cute_sanitize_cases.py 2>&1 | tee -a "$summary"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
-for tool in memcheck racecheck; do
+for tool in ${TOOLS:-memcheck racecheck}; do  # TOOLS=memcheck: skip racecheck
   log="$out/cute_${tool}_$sha.log"
   extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check no)
