@@ -2,30 +2,33 @@
 
     python3 meta/tools/bias_tma_probe.py --compile-only            # CPU: compile every variant for sm_90a
     python3 meta/tools/bias_tma_probe.py --variant NAME            # H200: run one variant, check it
+    python3 meta/tools/bias_tma_probe.py --triton NAME             # H200: the same boxes by Triton's TMA
     for v in $(python3 meta/tools/bias_tma_probe.py --list); do
         python3 meta/tools/bias_tma_probe.py --variant $v; done      # one process each (a fault poisons it)
 
-The CuTe kernel's bias by TMA (``bias_tma``, 8a85f3c-44ce870) raised "illegal instruction" at its
-first copy, also with clamped box starts and with 64-wide boxes, and was deleted without a cause.
-A second bias stage fits shared memory only with TMA boxes (``meta/TUNING.md``, "fifth day"), so
-this probe runs the copy alone: one CTA per token ``t`` of a ``(T, Hq, E)`` bf16 tensor loads one
-box of ``width`` distances from ``d_start[t]`` by ``G`` query heads from ``head0`` into shared
-memory, with an mbarrier's transaction count, and writes it out; the result is checked against
-``rel[t, head0 + h, d_start[t] + j]`` (zero where the distance is outside ``[0, E)``, TMA's
-out-of-bounds fill).
+The CuTe kernel's first bias by TMA (8a85f3c-44ce870) raised "illegal instruction" at its first
+copy and was deleted without a cause. This probe runs the copy alone: one CTA per token ``t`` of a
+``(T, Hq, E)`` bf16 tensor loads one box of ``width`` distances from ``d_start[t]`` by ``G`` query
+heads from ``head0`` into shared memory, with an mbarrier's transaction count, and writes it out;
+the result is checked against ``rel[t, head0 + h, d_start[t] + j]`` (zero where the distance is
+outside ``[0, E)``, TMA's out-of-bounds fill).
 
 Variants (``--list``): the view of rel_logits the descriptor is made from, ``3d`` (E, Hq, T), as
 the deleted code had it, or ``2d`` (E, T * Hq), rows of G heads of one token being G consecutive
 rows, both with the unit-stride mode first and an unswizzled box; ``rows``: (T * Hq, E) with a
-row-major (G, width) box, the mode order of the K/V pages' TMA that works; ``rows_sw``: the same
-with the 128-byte swizzle those pages use (64 distances a box); the box width (128 or 64
-distances); and the starts, ``edges`` (some below 0, some past
-E - width, as the band tiles' are) or ``inside`` (every box inside ``[0, E)``). Controls:
-``kvpage`` loads a 128 x 128 page of rel_logits' memory seen as a K cache, as the kernel's K/V
-TMA (which works on the H200) loads one; ``rows_static`` / ``rows_sw_static`` are ``rows`` /
-``rows_sw`` with E a compile-time 1024, as the K/V view's innermost extent (head_dim) is static.
-The first 13 variants all raised "illegal instruction" on the H200 (``meta/TUNING.md``, "fifth
-day"); the controls have not run yet.
+row-major (G, width) box, the mode order of the K/V pages' TMA; ``rows_sw``: the same with the
+128-byte swizzle those pages use (64 distances a box); the box width (128, 64 or 136 distances);
+and the starts: ``edges`` (some below 0, some past E - width, as the band tiles' are, most not a
+multiple of 8), ``inside`` (random, inside ``[0, E)``) or ``aligned`` (multiples of 8, at the
+edges and inside). Controls: ``kvpage`` loads a 128 x 128 page of rel_logits' memory seen as a K
+cache, as the kernel's K/V TMA loads one; ``rows_static`` / ``rows_sw_static`` give E a
+compile-time 1024.
+
+What the H200 said (``meta/TUNING.md``, "sixth day"): every variant whose box starts are not
+multiples of 16 bytes raised "illegal instruction" (the 13 first ones, ``rows_static_w128_edges``,
+and Triton's TMA on the same boxes); every ``aligned`` variant and ``kvpage`` passed, zeros
+outside ``[0, E)`` included. A TMA box's innermost start must be 16-byte aligned; the kernel's
+``bias_tma`` starts its boxes at the same 8-distance-aligned ``d0`` its bulk copies use.
 """
 
 
@@ -58,9 +61,8 @@ ROW_MAJOR = ("rows", "rows_sw", "rows_static", "rows_sw_static", "kvpage")  # bo
 SWIZZLED = ("rows_sw", "rows_sw_static", "kvpage")  # boxes in the 128-byte swizzle
 
 
-def build(view: str, width: int, dump: bool = False):
-    """The jit function of one variant: ``(rel (T, Hq, E), out (T, G, width), starts (T,))``. With
-    ``dump``, block 0 only copies the TMA descriptor into the first 128 bytes of ``out``."""
+def build(view: str, width: int):
+    """The jit function of one variant: ``(rel (T, Hq, E), out (T, G, width), starts (T,))``."""
     import cutlass
     import cutlass.cute as cute
     from cutlass import Int64
@@ -99,19 +101,15 @@ def build(view: str, width: int, dump: bool = False):
                 mbar: cute.struct.MemRange[Int64, 1]
                 buf: cute.struct.Align[cute.struct.MemRange[mRel.element_type, tiler[0] * tiler[1]], 1024]
 
-            self.kernel(atom, tRel, mOut, mStarts, box, Storage, dump).launch(
+            self.kernel(atom, tRel, mOut, mStarts, box, Storage).launch(
                 grid=[mStarts.shape[0], 1, 1], block=[128, 1, 1], stream=stream
             )
 
         @cute.kernel
         def kernel(self, atom: cute.CopyAtom, tRel: cute.Tensor, mOut: cute.Tensor, mStarts: cute.Tensor,
-                   box: cute.Layout | cute.ComposedLayout, Storage: cutlass.Constexpr, dump: cutlass.Constexpr):  # fmt: skip
+                   box: cute.Layout | cute.ComposedLayout, Storage: cutlass.Constexpr):  # fmt: skip
             tidx, _, _ = cute.arch.thread_idx()
             tok, _, _ = cute.arch.block_idx()
-            if cutlass.const_expr(dump):
-                if tidx == 0 and tok == 0:
-                    cpasync.copy_tensormap(atom, mOut.iterator)
-                return
             warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
             if warp == 0:
                 cpasync.prefetch_descriptor(atom)
@@ -163,7 +161,7 @@ def build(view: str, width: int, dump: bool = False):
     return Probe()
 
 
-def compile_variant(name: str, arch: str | None = None, dump: bool = False):
+def compile_variant(name: str, arch: str | None = None):
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
@@ -177,10 +175,10 @@ def compile_variant(name: str, arch: str | None = None, dump: bool = False):
     out = make_fake_tensor(cutlass.BFloat16, (tokens, G, width), (G * width, width, 1), assumed_align=64)
     starts = make_fake_tensor(cutlass.Int32, (tokens,), (1,), assumed_align=4)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    probe = build(view, width, dump)
+    probe = build(view, width)
     kwargs = {"arch": arch} if arch else {}
     return cute_runtime.compile_with(lambda flags: cute.compile(probe, rel, out, starts, stream, options=flags),
-                                     ptx=True, name=name + ("_dump" if dump else ""), **kwargs)  # fmt: skip
+                                     ptx=True, name=name, **kwargs)  # fmt: skip
 
 
 def inputs(name: str, device: str = "cuda"):
@@ -232,55 +230,6 @@ def run_variant(name: str) -> bool:
     return check(name, rel, starts, out)
 
 
-def driver_descriptor(name: str, rel):
-    """The descriptor ``cuTensorMapEncodeTiled`` makes for variant ``name``'s view and box (rows
-    views only; None for the others), as 16 little-endian 64-bit words."""
-    import struct
-
-    from cuda.bindings import driver as cu
-
-    view, width, _ = VARIANTS[name]
-    if view not in ("rows", "rows_static", "rows_sw", "rows_sw_static"):
-        return None
-    swizzle = cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if view in SWIZZLED else cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
-    err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, rel.data_ptr(), [E, T * HQ], [E * 2], [width, G], [1, 1],
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-    )  # fmt: skip
-    if err != cu.CUresult.CUDA_SUCCESS:
-        print(f"cuTensorMapEncodeTiled: {err}")
-        return None
-    raw = bytes(tmap.opaque) if not isinstance(tmap.opaque, bytes) else tmap.opaque
-    if len(raw) != 128:  # opaque as 16 uint64 words
-        raw = b"".join(struct.pack("<Q", int(w)) for w in tmap.opaque)
-    return list(struct.unpack("<16Q", raw))
-
-
-def dump_variant(name: str) -> bool:
-    """Print the descriptor the DSL built for variant ``name`` (copied out by the kernel, no TMA
-    copy issued) beside the driver's for the same view; True if the kernel ran."""
-    import struct
-
-    import torch
-
-    compiled = compile_variant(name, dump=True)
-    rel, starts, out = inputs(name)
-    compiled.function(rel, out, starts)
-    torch.cuda.synchronize()
-    # the DSL's copy_tensormap stores the descriptor's first 64 bytes (sm_90a PTX: four 16-byte stores)
-    words = list(struct.unpack("<8Q", out.flatten().view(torch.uint8)[:64].cpu().numpy().tobytes()))
-    print(f"{name} descriptor (DSL, first 64 bytes), rel at 0x{rel.data_ptr():x}:")
-    print("  " + " ".join(f"{w:016x}" for w in words))
-    ref = driver_descriptor(name, rel)
-    if ref is not None:
-        print(f"{name} descriptor (cuTensorMapEncodeTiled, L2 promotion none, OOB fill none):")
-        print("  " + " ".join(f"{w:016x}" for w in ref))
-        print("  words that differ (of the first 8): " + (", ".join(str(i) for i in range(8) if words[i] != ref[i]) or "none"))
-    return True
-
-
 def run_triton(name: str, device: str = "cuda") -> bool:
     """The same boxes loaded by a Triton kernel through a host-built TMA descriptor (rows views):
     whether TMA reads rel_logits on this GPU at all, outside the DSL."""
@@ -312,7 +261,6 @@ def main(argv=None) -> int:
     p.add_argument("--list", action="store_true", help="print the variant names")
     p.add_argument("--compile-only", action="store_true", help="compile every variant for sm_90a (no GPU)")
     p.add_argument("--variant", choices=sorted(VARIANTS), help="run this variant on the GPU and check it")
-    p.add_argument("--dump", choices=sorted(VARIANTS), help="print this variant's descriptor beside the driver's (GPU)")
     p.add_argument("--triton", choices=sorted(VARIANTS), help="load this variant's boxes by Triton's TMA instead (GPU)")
     args = p.parse_args(argv)
     if args.list:
@@ -326,11 +274,9 @@ def main(argv=None) -> int:
         return 0
     if args.variant:
         return 0 if run_variant(args.variant) else 1
-    if args.dump:
-        return 0 if dump_variant(args.dump) else 1
     if args.triton:
         return 0 if run_triton(args.triton) else 1
-    p.error("give --list, --compile-only, --variant, --dump or --triton")
+    p.error("give --list, --compile-only, --variant or --triton")
     return 2
 
 
