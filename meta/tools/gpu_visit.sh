@@ -13,6 +13,10 @@
 #            lacks what they need), installed into /tmp/hf ahead of the image's copy
 #     cute   the CuTe backend: its conformance cases, the runtime's GPU tests, the launch probe
 # BENCH_BACKENDS (default "default,cute") names the backends of ours the bench steps time.
+# SMI_MS (e.g. 50): sample the SM clock, power and temperature every SMI_MS ms for the whole visit
+# into $OUT/smi_SHA.csv.gz (nvidia-smi -lms), to set the records' timestamps against (the graph
+# clock at 32K page 16 read 11-15% above the eager one at 924f3b7, flash-attn-4's 1-12%: a clock or
+# power limit?).
 #
 # Writes logs and records under $OUT (the device tool brings them back). SHA names the commit the
 # tree is at (the copied tree has no usable .git).
@@ -24,6 +28,13 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 INKLING_GIT_SHA=$sha PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+if [ -n "${SMI_MS:-}" ]; then
+  fields=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active
+  nvidia-smi --query-gpu=$fields --format=csv >/dev/null 2>&1 || fields=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
+  nvidia-smi --query-gpu=$fields --format=csv,nounits -lms "$SMI_MS" > "$out/smi_$sha.csv" 2>&1 &
+  smi_pid=$!
+  trap 'kill $smi_pid 2>/dev/null; wait $smi_pid 2>/dev/null; gzip -f "$out/smi_$sha.csv"' EXIT
+fi
 for step in ${part//,/ }; do
   case $step in
     tests)  # modules whose test-only imports (expecttest, hypothesis) are missing there hold no GPU test
