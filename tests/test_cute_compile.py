@@ -438,6 +438,13 @@ def test_cute_shared_memory_fits_hopper():
     barriers = 1024 + 8 * 2 * (2 * cute_fwd_sm90.STAGES + 1)  # barriers first, then 1024-byte alignment
     assert config.smem_bytes() + barriers <= 227 * 1024
     assert config.num_threads == 384 and config.num_mma_threads == 256
+    # the build at every group size: bias_tma's rows are wider at G < 8 (192 distances at G 1)
+    for group in (1, 2, 3, 4, 8, 16, 32, 64):
+        config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
+        kernel = cute_fwd_sm90.RelAttnFwdSm90(config, **cute_fwd_sm90.schedule(config))
+        buffer = config.smem_bytes(kernel.bias_width) + (kernel.bias_rows - config.tile_m) * kernel.bias_width * 2
+        assert buffer + barriers <= 227 * 1024, (group, kernel.bias_width, buffer)
+        assert kernel.bias_width == (cute_fwd_sm90.tma_bias_width(128, group) if 32 % group == 0 else 136)
 
 
 def test_cute_backend_refusals():

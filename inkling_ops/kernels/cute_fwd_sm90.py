@@ -134,15 +134,17 @@ class CuteFwdConfig:
 
     @property
     def bias_width(self) -> int:
-        """Distances staged per row of a band tile: the tile's ``tile_n`` plus 16 bytes of slop."""
+        """Distances staged per row of a band tile by bulk copies: the tile's ``tile_n`` plus 16
+        bytes of slop (``bias_tma`` rows may be wider: :func:`tma_bias_width`)."""
         return self.tile_n + CHUNK
 
-    def smem_bytes(self) -> int:
-        """Q, the K/V stages and the bias buffer (barriers not counted)."""
+    def smem_bytes(self, bias_width: int | None = None) -> int:
+        """Q, the K/V stages and the bias buffer of ``bias_width`` distances a row (default
+        :attr:`bias_width`; barriers and ``lean_mask``'s row of zeros not counted)."""
         elem = 2
         q = self.tile_m * self.head_dim * elem
         kv = 2 * STAGES * self.tile_n * self.head_dim * elem
-        bias = self.tile_m * self.bias_width * elem
+        bias = self.tile_m * (bias_width or self.bias_width) * elem
         return q + kv + bias
 
 
