@@ -346,7 +346,7 @@ class RelAttnFwdSm90:
         self.bias_bulk = bias_bulk
         self.bias_tma = bias_tma
         if bias_tma:
-            if config.q_per_kv > 32 or 32 % config.q_per_kv:
+            if 32 % config.q_per_kv:
                 raise ValueError(f"bias_tma needs q_per_kv to divide 32 (one token's box within a warp's rows); it is {config.q_per_kv}")
             self.bias_width = tma_bias_width(config.tile_n, config.q_per_kv)
         self.kv_len_mask = kv_len_mask
@@ -800,7 +800,7 @@ class RelAttnFwdSm90:
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
             tok = row // self.group
-            d0 = ((offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1))
+            d0 = self._slice_start(offset, tok, n0)
             if const_expr(self.bias_bulk):
                 self._bulk_bias_row(mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent)
             elif tok < staged_len:
@@ -817,6 +817,11 @@ class RelAttnFwdSm90:
         if const_expr(not self.bias_bulk):
             # each thread's cp.async arrive; with bias_bulk its arrive.expect_tx was its arrival
             pipe.producer_commit(state)
+
+    def _slice_start(self, offset, tok, n0):
+        """``d0``: the smallest distance token ``tok`` (``q_abs = offset + tok``) has to key tile
+        ``n0``'s keys, aligned down to 8 distances (16 bytes), where its staged slice starts."""
+        return (offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1)
 
     @cute.jit
     def _tma_bias_rows(self, tma_b, sB, pipe, state, m_block, q_start, staged_len, q_head0, offset, n0, tidx):
@@ -843,8 +848,7 @@ class RelAttnFwdSm90:
             r = warp_row0 + k * G
             tok = (m_block * self.tile_m + r) // G
             if tok < staged_len:
-                d0 = (offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1)
-                gB = cute.domain_offset((d0, q_head0, q_start + tok), tRel)
+                gB = cute.domain_offset((self._slice_start(offset, tok, n0), q_head0, q_start + tok), tRel)
                 gBox = cute.local_tile(gB[None, None, 0], (W, G), (0, 0))
                 dst = cute.make_ptr(self.dtype, (sB.iterator + r * W).toint(), cute.AddressSpace.smem, assumed_align=128)
                 sBox = cute.make_tensor(dst, box)
