@@ -108,3 +108,51 @@ def test_waits_count_the_first_tries_that_went_to_sleep(tmp_path, capsys):
         (0x00, "UR18+0x40", 100, 90, 250, 43), (0x20, "R89+UR17", 50, 0, 0, 3)]
     assert sass_stalls.main([path, "--waits"]) == 0
     assert "( 90%)" in capsys.readouterr().out
+
+
+def _disasm() -> str:
+    """nvdisasm-style text: a header, a label, a band block (8 LDS.U16 with a convert and an FFMA
+    each, a predicated branch) and a softmax block."""
+    lines = ["\t.text.kernel_x:", ".L_x_0:"]
+    address = 0
+    for k in range(8):
+        for source in (f"LDS.U16 R{k}, [R89+0x28400]", f"IMAD.U32 R{k}, R{k}, 0x10000, RZ", f"FFMA R{k}, R24, R3, R{k}"):
+            lines.append(f"        /*{address:04x}*/                   {source} ;  /* 0x000 */")
+            address += 0x10
+    lines.append(f"        /*{address:04x}*/              @!P0 BRA 0x{address + 0x10:x} ;")
+    address += 0x10
+    for k in range(8):
+        lines.append(f"        /*{address:04x}*/                   MUFU.EX2 R{k}, R{k} ;")
+        address += 0x10
+    lines.append(f"        /*{address:04x}*/                   EXIT ;")
+    return "\n".join(lines)
+
+
+def test_static_counts_code_per_region_and_band_block(tmp_path, capsys):
+    """``--static`` on nvdisasm text: the band block's 25 instructions over its 8 bias loads, the
+    predicated branch read as a branch, and text without SASS refused."""
+    run = sass_stalls.read_disasm(_disasm())
+    assert len(run) == 34 and run[24].opcode == "BRA" and run[-1].opcode == "EXIT"
+    lines = sass_stalls.static_report(run)
+    assert lines[0] == "34 instructions"
+    assert any(line.startswith("band scores") and line.split()[-1] == "25" for line in lines)
+    band = lines[-1].split()
+    assert band[:4] == ["0", "25", "8", "3.12"] and "LDS 8" in lines[-1]
+    path = tmp_path / "k.sass"
+    path.write_text(_disasm())
+    assert sass_stalls.main([str(path), "--static"]) == 0
+    assert "band-scores blocks" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no SASS lines"):
+        sass_stalls.read_disasm("nothing here")
+
+
+def test_cute_sass_cpu_refuses_bad_settings_and_missing_tools(tmp_path):
+    cute_sass_cpu = load_tool("cute_sass_cpu")
+    assert cute_sass_cpu.parse_setting("bias_tma=False") == ("bias_tma", False)
+    assert cute_sass_cpu.parse_setting("bias_per_wg='tile_pages'") == ("bias_per_wg", "tile_pages")
+    with pytest.raises(ValueError, match="expected key=value"):
+        cute_sass_cpu.parse_setting("bias_tma")
+    with pytest.raises(ValueError, match="Python literal"):
+        cute_sass_cpu.parse_setting("bias_per_wg=tile_pages")
+    with pytest.raises(ValueError, match="nvdisasm not found"):
+        cute_sass_cpu.find_tool("nvdisasm", str(tmp_path / "missing"))

@@ -32,6 +32,11 @@ block): how often it ran, how often its first try failed and the warp went to th
 samples in those retry blocks (a sleeping warp is not sampled there), so the stall columns
 under-count barrier waits; the execution counts do not. A wait whose first try fails on nearly
 every execution is one the warp always sleeps on.
+
+``--static`` reads ``nvdisasm`` text instead of CSVs (``meta/tools/cute_sass_cpu.py`` writes it on
+the CPU, no GPU): each region's instruction count, and for every band-scores block its size per
+staged bias load (``LDS.U16``: one a score) and its commonest opcodes. No samples there: it
+counts code, not time.
 """
 
 from __future__ import annotations
@@ -80,6 +85,44 @@ def read_sass(path: str) -> list[Instruction]:
     if not out:
         raise SystemExit(f"{path}: no SASS rows (expected ncu's --page source --csv --print-source sass)")
     return out
+
+
+def read_disasm(text: str) -> list[Instruction]:
+    """The instructions of ``nvdisasm`` output (``/*0040*/   OPCODE operands ;`` lines), without
+    samples or execution counts."""
+    out, first = [], None
+    for line in text.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
+        if not m:
+            continue
+        address = int(m.group(1), 16)
+        first = address if first is None else first
+        source = m.group(2).strip()
+        out.append(Instruction(address, address - first, source, re.sub(r"^@!?U?P\w+\s+", "", source).split(" ")[0], 0, 0))
+    if not out:
+        raise SystemExit("no SASS lines (expected nvdisasm output: '/*0040*/  OPCODE ... ;')")
+    return out
+
+
+def static_report(instructions: list[Instruction]) -> list[str]:
+    """``--static``'s lines: instructions per region, then each band-scores block (offset,
+    instructions, ``LDS.U16`` loads, instructions a load, top opcodes)."""
+    lines = [f"{len(instructions)} instructions"]
+    per_region = Counter()
+    band = []
+    for block in blocks(instructions):
+        name = region(block)
+        per_region[name] += len(block)
+        if name == "band scores":
+            band.append(block)
+    lines += [f"{name:16s} {count:6d}" for name, count in per_region.most_common()]
+    lines.append("band-scores blocks (offset, instructions, LDS.U16, per load, top opcodes):")
+    for block in band:
+        ops = Counter(i.opcode.split(".")[0] for i in block)
+        loads = sum(i.opcode == "LDS.U16" for i in block)
+        top = ", ".join(f"{o} {n}" for o, n in ops.most_common(6))
+        lines.append(f"{block[0].offset:6x} {len(block):5d} {loads:4d} {len(block) / loads:6.2f}  {top}")
+    return lines
 
 
 def blocks(instructions: list[Instruction]) -> list[list[Instruction]]:
@@ -197,11 +240,18 @@ def by_range(instructions: list[Instruction]) -> dict[str, tuple[int, int, Count
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("csv", nargs="+", help="one or two ncu source CSVs (the second: the comparison)")
+    p.add_argument("csv", nargs="+", help="one or two ncu source CSVs (the second: the comparison); nvdisasm text with --static")
     p.add_argument("--top", type=int, default=0, help="list the N instructions with the most samples (first CSV)")
     p.add_argument("--ranges", action="store_true", help="also split by code range (prologue, producer, consumer loop, epilogue)")
     p.add_argument("--waits", action="store_true", help="also list each mbarrier wait with how often it went to sleep")
+    p.add_argument("--static", action="store_true", help="the inputs are nvdisasm text: count code per region and band block")
     args = p.parse_args(argv)
+    if args.static:
+        for path in args.csv:
+            print(f"{path}:")
+            with open(path) as f:
+                print("\n".join(static_report(read_disasm(f.read()))))
+        return 0
     if len(args.csv) > 2:
         p.error("at most two CSVs")
     runs = [read_sass(path) for path in args.csv]
