@@ -39,3 +39,12 @@ def test_bias_tma_probe_aligned_starts():
         assert torch.all(starts % 8 == 0)
         assert (starts < 0).any() and (starts + width > probe.E).any()
         assert out.shape == (probe.T, probe.G, width) and rel.shape == (probe.T, probe.HQ, probe.E)
+
+
+def test_bias_tma_probe_triton_control_refuses_what_it_cannot_check():
+    """The Triton control loads distance boxes of a power-of-two width: not the kvpage control
+    (its expected data is a K page) nor a 136-wide box; it refuses them by name."""
+    pytest.importorskip("triton")
+    for name in ("kvpage", "rows_w136_aligned"):
+        with pytest.raises(ValueError, match=f"--triton {name}"):
+            probe.run_triton(name, device="cpu")

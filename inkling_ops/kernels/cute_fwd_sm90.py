@@ -98,7 +98,7 @@ def schedule(config: "CuteFwdConfig") -> dict:
     :data:`COMPACT_GRID_SCHEDULE` on the compact grid; ``bias_tma`` only where ``q_per_kv``
     divides 32 (elsewhere ``bias_bulk`` stages the same values). Pure."""
     options = {**SCHEDULE, **COMPACT_GRID_SCHEDULE} if config.compact_grid else dict(SCHEDULE)
-    if options.get("bias_tma") and 32 % config.q_per_kv:
+    if options.get("bias_tma") and not tma_boxes_fit(config.q_per_kv):
         options["bias_tma"] = False
     return options
 
@@ -146,6 +146,12 @@ class CuteFwdConfig:
         kv = 2 * STAGES * self.tile_n * self.head_dim * elem
         bias = self.tile_m * (bias_width or self.bias_width) * elem
         return q + kv + bias
+
+
+def tma_boxes_fit(group: int) -> bool:
+    """Whether ``bias_tma`` can stage ``group`` query heads a KV head: one token's box of ``group``
+    rows must lie within one producer warp's 32 rows, so ``group`` divides 32. Pure."""
+    return 32 % group == 0
 
 
 def tma_bias_width(tile_n: int, group: int, elem_bytes: int = 2) -> int:
@@ -346,7 +352,7 @@ class RelAttnFwdSm90:
         self.bias_bulk = bias_bulk
         self.bias_tma = bias_tma
         if bias_tma:
-            if 32 % config.q_per_kv:
+            if not tma_boxes_fit(config.q_per_kv):
                 raise ValueError(f"bias_tma needs q_per_kv to divide 32 (one token's box within a warp's rows); it is {config.q_per_kv}")
             self.bias_width = tma_bias_width(config.tile_n, config.q_per_kv)
         self.kv_len_mask = kv_len_mask

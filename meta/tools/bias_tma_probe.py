@@ -239,6 +239,9 @@ def run_triton(name: str, device: str = "cuda") -> bool:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     view, width, _ = VARIANTS[name]
+    if view == "kvpage" or width & (width - 1):
+        raise ValueError(f"--triton {name}: expected a variant of distance boxes with a power-of-two width "
+                         "(Triton's blocks), not the kvpage control or a 136-wide box")  # fmt: skip
 
     @triton.jit
     def load_boxes(desc, out_ptr, starts_ptr, HQ_: tl.constexpr, HEAD0_: tl.constexpr, G_: tl.constexpr, W: tl.constexpr):
