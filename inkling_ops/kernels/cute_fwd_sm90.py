@@ -311,6 +311,12 @@ class RelAttnFwdSm90:
       zeros the CTA writes once at its start (one extra buffer row), instead of the bias buffer it
       does not wait for.
 
+    - ``bias_only_past_e`` (with ``band_split`` and ``lean_mask``): a band tile whose every element
+      is visible takes the body without masks even where some of its distances reach ``E`` (the
+      tile where ``d`` crosses ``E``, one or two a CTA): the staged slice holds zeros there, which
+      is the contract's bias past ``E``, so no select is needed. Without it those tiles take the
+      masked body.
+
     - ``rescale_threshold`` (log2 units; 0: off): a row's softmax offset moves only when a tile's
       maximum passes it by more than this, so a probability is at most ``2**rescale_threshold``;
       a warp whose rows all kept their offset skips the running O's rescale (one multiply an
@@ -327,7 +333,7 @@ class RelAttnFwdSm90:
                  lean_mask: bool = False, rescale_threshold: float = 0.0,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
-                 stmatrix_epilogue: bool = False):  # fmt: skip
+                 stmatrix_epilogue: bool = False, bias_only_past_e: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -363,6 +369,9 @@ class RelAttnFwdSm90:
         self.rescale_threshold = float(rescale_threshold)
         if lean_mask and not (bias_bulk or bias_tma):
             raise ValueError("lean_mask needs bias_bulk or bias_tma (the zeros past E come with a row's copy)")
+        if bias_only_past_e and not (band_split and lean_mask):
+            raise ValueError("bias_only_past_e needs band_split and lean_mask (the staged zeros past E stand for the select)")
+        self.bias_only_past_e = bias_only_past_e
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
         self.zero_row = config.tile_m
         self.bias_rows = config.tile_m + 1 if lean_mask else config.tile_m
@@ -602,7 +611,11 @@ class RelAttnFwdSm90:
             # band tiles with every element visible and 0 <= d < E (band_split): keys at or below
             # qa_lo, and qa_hi - n0 <= min(E - 1, window)
             bias_hi = cutlass.max(qa_lo + 1, 0) // tile_n
-            bias_lo = (cutlass.max(qa_hi - cutlass.min(rel_extent - 1, window), 0) + tile_n - 1) // tile_n
+            if const_expr(self.bias_only_past_e):
+                # every element visible is enough: the staged slice holds zeros at d >= E
+                bias_lo = (cutlass.max(qa_hi - window, 0) + tile_n - 1) // tile_n
+            else:
+                bias_lo = (cutlass.max(qa_hi - cutlass.min(rel_extent - 1, window), 0) + tile_n - 1) // tile_n
             q_head0 = kv_head * G
 
             if warp_idx < PRODUCER_THREADS // 32:

@@ -80,6 +80,9 @@ VARIANTS = {
     # one TMA box a token's G bias rows (32 / G copies a producer warp; zeros outside [0, E) by
     # the TMA unit's fill) instead of one bulk copy a row
     "bias_tma": dict(bias_tma=True),
+    # band tiles where d crosses E through the body without masks (their staged zeros past E
+    # stand for the select; the build masks them)
+    "bias_only_past_e": dict(bias_only_past_e=True),
     # the bias rows by 17 cp.async each (the build: one bulk copy, the TMA unit's 1-D copy, a row);
     # lean_mask, whose zeros ride on the bulk copy, off with it
     "no_bias_bulk": dict(bias_bulk=False, lean_mask=False),
