@@ -108,6 +108,11 @@ CASES = [
        dict(q_lens=[0, 20, 0, 12], kv_lens=[5, 100, 9, 12], rel_extent=16, window_left=15, num_heads=6, num_kv_heads=2),
        dict(q_lens=[0, 50, 0, 300, 1], kv_lens=[10, 400, 0, 900, 77], num_heads=8, num_kv_heads=2, rel_extent=512,
             window_left=255)),
+    # group 3 (the CuTe kernel stages its bias rows by bulk copies, with zeros past E): E a few
+    # key tiles below the diagonal, so a wholly visible key tile has d crossing E
+    _c("gqa3_e_edge",
+       dict(q_lens=[30, 1], kv_lens=[120, 50], rel_extent=24, num_heads=6, num_kv_heads=2),
+       dict(q_lens=[200, 1], kv_lens=[1200, 700], num_heads=6, num_kv_heads=2, rel_extent=320)),
     # pages that neither divide nor are a multiple of the kernels' tiles: a tile spans pages unevenly
     _c("odd_pages_chunks",
        dict(q_lens=[3, 1], kv_lens=[150, 70], page_size=3, rel_extent=20, num_heads=2, num_kv_heads=1),

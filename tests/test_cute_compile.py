@@ -195,7 +195,8 @@ def test_cute_compile_lean_mask_option():
         ).ptx
 
     # with bias_bulk's staging (bias_tma's zeros are the TMA unit's fill: no stores, no fence)
-    lean, build = ptx_of(bias_tma=False), ptx_of(lean_mask=False, bias_tma=False)
+    lean = ptx_of(bias_tma=False, bias_only_past_e=False)
+    build = ptx_of(lean_mask=False, bias_tma=False, bias_only_past_e=False)
     assert not re.search(r"\.local\s", lean), "registers spilled to local memory"
     fence = r"fence\.proxy\.async\.shared::cta"
     # one a bias staging site (the walk's first band tile and the loop's)
@@ -220,6 +221,30 @@ def test_cute_compile_rescale_threshold_option():
     for bad in (-1.0, 17.0):
         with pytest.raises(ValueError, match="rescale_threshold"):
             cute_fwd_sm90.RelAttnFwdSm90(config, rescale_threshold=bad)
+
+
+def test_cute_compile_bias_only_past_e_option():
+    """``bias_only_past_e`` (in SCHEDULE since d0e4c01's A/B): only the tile ranges change (the
+    bias-only range's lower bound no longer takes ``min(E - 1, window)``), the band bodies are the
+    same code, and a build without ``band_split`` or ``lean_mask`` (whose staged zeros past E it
+    reads) is refused by name."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    assert cute_fwd_sm90.SCHEDULE["bias_only_past_e"]
+
+    def ptx_of(**variant):
+        return cute_runtime.compile_with(
+            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
+        ).ptx
+
+    past_e, masked = ptx_of(), ptx_of(bias_only_past_e=False)
+    assert len(re.findall(r"min\.s32", masked)) == len(re.findall(r"min\.s32", past_e)) + 1
+    for body in (r"ld\.shared\.[bu]16", r"selp\.f32", r"setp\.le\.s32", r"fma\.rn\.f32"):
+        assert len(re.findall(body, past_e)) == len(re.findall(body, masked)), body
+    for off in (dict(band_split=False), dict(lean_mask=False)):
+        with pytest.raises(ValueError, match="bias_only_past_e needs band_split and lean_mask"):
+            cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, **off})
 
 
 def test_cute_compile_sliding_page128_g4_fp16():
@@ -319,8 +344,8 @@ def test_cute_compile_bias_bulk(tmp_path):
 
     # lean_mask (in SCHEDULE) needs bias_bulk, so both sides build without it
     # (and bias_tma, which would stage instead of either)
-    bulk = ptx(bias_bulk=True, lean_mask=False, bias_tma=False)
-    chunked = ptx(bias_bulk=False, lean_mask=False, bias_tma=False)
+    bulk = ptx(bias_bulk=True, lean_mask=False, bias_tma=False, bias_only_past_e=False)
+    chunked = ptx(bias_bulk=False, lean_mask=False, bias_tma=False, bias_only_past_e=False)
     _check_hopper_ptx(bulk, bias_bulk=True, bias_tma=False)
     _check_hopper_ptx(chunked, bias_bulk=False, bias_tma=False)
     assert "cp.async.bulk.shared" not in chunked
@@ -375,7 +400,11 @@ def test_cute_compile_bias_tma(group, width, tmp_path):
     assert ptx.count("prefetch.tensormap") == 3
     # the zeros past E are the TMA unit's fill: no generic stores to fence before the next box
     bulk = cute_runtime.compile_with(
-        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_tma=False, lean_mask=False), arch="sm_90a", ptx=True
+        lambda flags: cute_fwd_sm90.compile_fwd(
+            config, options=flags, bias_tma=False, lean_mask=False, bias_only_past_e=False
+        ),
+        arch="sm_90a",
+        ptx=True,
     ).ptx
     fence = r"fence\.proxy\.async\.shared::cta"
     assert len(re.findall(fence, ptx)) == len(re.findall(fence, bulk))

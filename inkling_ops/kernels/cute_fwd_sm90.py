@@ -16,7 +16,8 @@ GEMMs (named barriers, ping-pong). The producer issues K of tile ``i + 1`` befor
 This paragraph is the kernel at :class:`RelAttnFwdSm90`'s keyword defaults. :data:`SCHEDULE`,
 what the backend builds, changes it with the options that class's docstring describes: at page
 128 whole K/V tiles by TMA and the bias buffer in per-warpgroup halves, each bias row staged by one
-bulk copy, a body without masks for band tiles that need none, masks that test the distance only,
+bulk copy (a token's rows in one TMA box where the group divides 32), a body without masks for
+band tiles whose every element is visible (zeros staged past ``E``), masks that test the distance only,
 softmax offsets that move only when passed by more than 8 (log2 units; a warp whose rows all kept
 theirs skips the O rescale), O out through shared memory, and a 32 / 232 register split
 (:func:`schedule`: 40 / 232 on the compact grid).
@@ -83,7 +84,7 @@ SCHEDULE = dict(
     fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, band_split=True, late_rescale=True,
     smem_epilogue=True, fence_gathered_only=True, bias_per_wg="tile_pages", producer_regs=32, consumer_regs=232,
     bias_bulk=True, kv_len_mask=False, lean_mask=True, rescale_threshold=8.0, stmatrix_epilogue=True,
-    bias_tma=True,
+    bias_tma=True, bias_only_past_e=True,
 )
 
 #: What the compact grid's build changes over :data:`SCHEDULE`: its producer warpgroup keeps the

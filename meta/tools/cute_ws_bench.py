@@ -66,7 +66,7 @@ VARIANTS = {
     # the build itself (schedule(config)), compiled and called as the variants are: the harness's control
     "default": {},
     # the schedule measured at 46a147e (RelAttnFwdSm90's keyword defaults)
-    "old": dict(bias_per_wg=False, band_split=False, late_rescale=False, smem_epilogue=False, stmatrix_epilogue=False, fence_gathered_only=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
+    "old": dict(bias_per_wg=False, band_split=False, bias_only_past_e=False, late_rescale=False, smem_epilogue=False, stmatrix_epilogue=False, fence_gathered_only=False, fresh_scores=False, page_reuse=False, release_per_warp=False, tma_kv=False, producer_regs=24,
                 consumer_regs=240),
     "no_fresh": dict(fresh_scores=False),
     "no_pagereuse": dict(page_reuse=False, producer_regs=24, consumer_regs=240),
@@ -80,17 +80,17 @@ VARIANTS = {
     # one TMA box a token's G bias rows (32 / G copies a producer warp; zeros outside [0, E) by
     # the TMA unit's fill) instead of one bulk copy a row
     "bias_tma": dict(bias_tma=True),
-    # band tiles where d crosses E through the body without masks (their staged zeros past E
-    # stand for the select; the build masks them)
-    "bias_only_past_e": dict(bias_only_past_e=True),
+    # band tiles where d crosses E through the masked body (the build: the body without masks,
+    # their staged zeros past E standing for the select)
+    "no_bias_only_past_e": dict(bias_only_past_e=False),
     # the bias rows by 17 cp.async each (the build: one bulk copy, the TMA unit's 1-D copy, a row);
     # lean_mask, whose zeros ride on the bulk copy, off with it
-    "no_bias_bulk": dict(bias_bulk=False, lean_mask=False),
+    "no_bias_bulk": dict(bias_bulk=False, lean_mask=False, bias_only_past_e=False),
     # masked tiles also test each key against kv_len (the build tests d only)
     "kv_len_mask": dict(kv_len_mask=True),
     # masked tiles select the bias away at d >= E (the build adds it unselected, over zeros the
     # producer writes past E and a row of zeros outside the band)
-    "no_lean": dict(lean_mask=False),
+    "no_lean": dict(lean_mask=False, bias_only_past_e=False),
     # the grid, a field of the configuration (CONFIG_FIELDS) that the plan chooses per call: one
     # block a real M tile, numbered across requests, or max_seqlen_q's M tiles x requests
     "compact": dict(compact_grid=True),
@@ -101,7 +101,7 @@ VARIANTS = {
     "compact_producer32": dict(compact_grid=True, producer_regs=32),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
-    "no_split": dict(band_split=False),
+    "no_split": dict(band_split=False, bias_only_past_e=False),
     "no_smem_epi": dict(smem_epilogue=False, stmatrix_epilogue=False),
     # the proxy fence after every K/V stage, TMA-loaded ones too (the build fences gathered stages only)
     "fence_all": dict(fence_gathered_only=False),
