@@ -595,10 +595,11 @@ class RelAttnFwdSm90:
             n_end = cutlass.min((qa_hi + 1 + tile_n - 1) // tile_n, (kv_len + tile_n - 1) // tile_n)
             n_end = cutlass.max(n_end, 0)
             n_begin = cutlass.max(qa_lo - window, 0) // tile_n
-            plain_lo = (cutlass.max(qa_hi - window, 0) + tile_n - 1) // tile_n
+            # the lowest key tile whose every element is inside the window
+            in_window_lo = (cutlass.max(qa_hi - window, 0) + tile_n - 1) // tile_n
             # plain tiles: every d >= E (so no bias, and visible under causality), inside the window
             plain_hi = cutlass.min(cutlass.max(qa_lo - rel_extent + 1, 0) // tile_n, n_end)
-            plain_lo = cutlass.max(plain_lo, n_begin)
+            plain_lo = cutlass.max(in_window_lo, n_begin)
             n_tiles = cutlass.max(n_end - n_begin, 0)
             # band tiles that meet 0 <= d < E: key tile n with n * tile_n > qa_lo - E - tile_n + 1, a
             # run at the top of the range, so the first num_band iterations (diagonal first) stage bias
@@ -609,12 +610,12 @@ class RelAttnFwdSm90:
             num_band = cutlass.max(n_end - cutlass.max(n_band, n_begin), 0)
             if const_expr(self.debug_all_plain):
                 num_band = Int32(0)  # no bias staged or waited for
-            # band tiles with every element visible and 0 <= d < E (band_split): keys at or below
-            # qa_lo, and qa_hi - n0 <= min(E - 1, window)
+            # band tiles with every element visible (band_split): keys at or below qa_lo, and
+            # qa_hi - n0 <= window; without bias_only_past_e (whose staged zeros stand for the
+            # bias at d >= E) also every d < E: qa_hi - n0 <= min(E - 1, window)
             bias_hi = cutlass.max(qa_lo + 1, 0) // tile_n
             if const_expr(self.bias_only_past_e):
-                # every element visible is enough: the staged slice holds zeros at d >= E
-                bias_lo = (cutlass.max(qa_hi - window, 0) + tile_n - 1) // tile_n
+                bias_lo = in_window_lo
             else:
                 bias_lo = (cutlass.max(qa_hi - cutlass.min(rel_extent - 1, window), 0) + tile_n - 1) // tile_n
             q_head0 = kv_head * G
