@@ -9,8 +9,10 @@ run here; the smoke run shows that they report themselves unavailable instead of
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -362,10 +364,21 @@ def _fake_clocks(monkeypatch, graph=lambda fn, cfg, device: 1.0):
 @pytest.mark.parametrize("decode", [True, False])
 def test_both_clocks_for_every_case(monkeypatch, decode):
     """Prefill and decode alike get the eager (do_bench) and the graph-replay time."""
-    _fake_clocks(monkeypatch)
+    def slow(ms):  # each fake measurement takes a few ms of wall time, so the windows have an order
+        def measure(*args):
+            time.sleep(0.005)
+            return ms
+
+        return measure
+
+    _fake_clocks(monkeypatch, graph=slow(1.0))
+    monkeypatch.setattr(bm, "time_do_bench", slow(2.0))
     clocks = bm.time_clocks(bm.Prepared(fn=lambda: None), bm.TimingConfig(), torch.device("cuda"))
     assert (clocks["eager_ms"], clocks["graph_ms"]) == (2.0, 1.0)
     assert clocks["eager_timing"].startswith("triton do_bench") and clocks["graph_timing"].startswith("CUDA graph replay")
+    # each clock's measurement window (UTC), eager's before graph's (meta/tools/smi_clocks.py joins them)
+    windows = [datetime.datetime.fromisoformat(t) for clock in ("eager", "graph") for t in clocks[f"{clock}_window"]]
+    assert windows == sorted(windows) and windows[0] < windows[1] < windows[3] and all(w.utcoffset() == datetime.timedelta(0) for w in windows)
 
 
 def test_a_peer_that_cannot_be_captured_says_so(monkeypatch):
@@ -390,6 +403,7 @@ def test_clocks_option_narrows_the_measurement(monkeypatch):
     assert cfg.clocks == ("graph",)
     clocks = bm.time_clocks(bm.Prepared(fn=lambda: None), cfg, torch.device("cuda"))
     assert clocks["eager_ms"] is None and clocks["graph_ms"] == 1.0
+    assert clocks["eager_window"] is None and len(clocks["graph_window"]) == 2
     assert bm.timing_config(bm.build_parser().parse_args([])).clocks == ("eager", "graph")
     with pytest.raises(SystemExit):
         bm.parse_clocks("eager,wall")

@@ -950,28 +950,41 @@ def time_cpu(fn: Callable, cfg: TimingConfig) -> float:
     return statistics.median(times)
 
 
+def utc_now() -> str:
+    """The wall clock, UTC, to the millisecond (ISO 8601), as the records' windows carry it."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
 def time_clocks(prepared: Prepared, cfg: TimingConfig, device: torch.device) -> dict:
-    """Both clocks of one prepared peer: ``{eager,graph}_ms`` (None where not measured) and ``{eager,graph}_timing``.
+    """Both clocks of one prepared peer: ``{eager,graph}_ms`` (None where not measured),
+    ``{eager,graph}_timing`` and ``{eager,graph}_window``.
 
     ``*_timing`` names the method, or says why there is no time: ``n/a (cpu)`` for the graph
     clock on CPU, ``not capturable: ...`` for a peer that synchronizes with the host, ``capture
-    failed: ...``, ``not measured (--clocks)``.
+    failed: ...``, ``not measured (--clocks)``. ``*_window`` is ``[start, end]`` (:func:`utc_now`)
+    of that clock's whole measurement, warmup and capture included, or None where none ran: what
+    ``meta/tools/smi_clocks.py`` joins with an nvidia-smi log to give each measurement its SM clock.
     """
     result: dict = {}
     for clock in CLOCKS:
-        result[f"{clock}_ms"], result[f"{clock}_timing"] = None, "not measured (--clocks)"
+        result[f"{clock}_ms"], result[f"{clock}_timing"], result[f"{clock}_window"] = None, "not measured (--clocks)", None
     if device.type != "cuda":
         if "eager" in cfg.clocks:
+            start = utc_now()
             result["eager_ms"], result["eager_timing"] = time_cpu(prepared.fn, cfg), f"cpu wall clock, median of {cfg.cpu_reps}"
+            result["eager_window"] = [start, utc_now()]
         result["graph_timing"] = "n/a (cpu)"
         return result
     if "eager" in cfg.clocks:
+        start = utc_now()
         result["eager_ms"] = time_do_bench(prepared.fn, cfg)
+        result["eager_window"] = [start, utc_now()]
         result["eager_timing"] = f"triton do_bench median (L2 flushed), warmup={cfg.warmup_ms}ms rep={cfg.rep_ms}ms"
     if "graph" in cfg.clocks:
         if not prepared.capturable:
             result["graph_timing"] = f"not capturable: {prepared.uncapturable_reason or 'host-synchronizing peer'}"
             return result
+        start = utc_now()
         try:
             result["graph_ms"] = time_cuda_graph(prepared.fn, cfg, device)
             flushed = "L2 flushed" if cfg.l2_flush == "zero" else f"L2 flushed by {cfg.l2_flush}"
@@ -979,6 +992,7 @@ def time_clocks(prepared: Prepared, cfg: TimingConfig, device: torch.device) -> 
         except RuntimeError as exc:
             synchronize(device)  # raises again if the context is broken: the run stops there
             result["graph_timing"] = f"capture failed: {first_line(exc)}"
+        result["graph_window"] = [start, utc_now()]
     return result
 
 
@@ -1111,7 +1125,8 @@ def make_record(env: dict, case: BenchCase, page_size: int, peer: str, **fields)
 
     Per clock (``eager``: do_bench, launches included; ``graph``: CUDA-graph replay):
     ``{clock}_ms``, ``{clock}_tflops``, ``{clock}_gbps`` (None where that clock has no time) and
-    ``{clock}_timing`` (the method, or why there is no time). Records before issue 15 had one
+    ``{clock}_timing`` (the method, or why there is no time), and since 2026-12-04 ``{clock}_window``
+    (the measurement's UTC start and end, :func:`time_clocks`). Records before issue 15 had one
     ``median_ms`` / ``tflops`` / ``gbps`` / ``timing`` instead (:func:`clock_ms` reads both).
     """
     record = dict(env)

@@ -16,7 +16,8 @@
 # SMI_MS (e.g. 50): sample the SM clock, power and temperature every SMI_MS ms for the whole visit
 # into $OUT/smi_SHA.csv.gz (nvidia-smi -lms), to set the records' timestamps against (the graph
 # clock at 32K page 16 read 11-15% above the eager one at 924f3b7, flash-attn-4's 1-12%: a clock or
-# power limit?).
+# power limit?). `python3 meta/tools/smi_clocks.py $OUT/bench_records.jsonl $OUT/smi_SHA.csv.gz` then
+# gives each measurement (case, peer, clock) the SM clock and throttle reasons seen during it.
 #
 # Writes logs and records under $OUT (the device tool brings them back). SHA names the commit the
 # tree is at (the copied tree has no usable .git).
