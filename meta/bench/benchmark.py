@@ -950,9 +950,10 @@ def time_cpu(fn: Callable, cfg: TimingConfig) -> float:
     return statistics.median(times)
 
 
-def utc_now() -> str:
-    """The wall clock, UTC, to the millisecond (ISO 8601), as the records' windows carry it."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+def utc_now(timespec: str = "milliseconds") -> str:
+    """The wall clock, UTC, in ISO 8601 (to the millisecond, as the records' windows carry it;
+    the records' ``timestamp`` and ``recorded_at`` to the second)."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec=timespec)
 
 
 def time_clocks(prepared: Prepared, cfg: TimingConfig, device: torch.device) -> dict:
@@ -1099,7 +1100,7 @@ def environment(device: torch.device, git_sha: str | None, argv: Sequence[str]) 
     else:
         gpu, cap = f"cpu ({platform.processor() or platform.machine()})", None
     return {
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": utc_now("seconds"),
         "gpu": gpu,
         "arch": cap,
         "device": str(device),
@@ -1152,7 +1153,7 @@ def make_record(env: dict, case: BenchCase, page_size: int, peer: str, **fields)
         note="",
     )
     record.update(fields)
-    record["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    record["recorded_at"] = utc_now("seconds")
     return record
 
 

@@ -22,10 +22,12 @@ import argparse
 import csv
 import datetime
 import gzip
-import json
 import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab import plot_module  # noqa: E402
 
 #: nvidia-smi's clocks_event_reasons bits (nvmlClocksEventReasons)
 REASONS = {
@@ -43,16 +45,12 @@ def reason_names(mask: int) -> list[str]:
     return names + ([hex(rest)] if rest else [])
 
 
-def _open(path: Path):
-    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
-
-
 def read_smi(path: Path, offset_s: float = 0.0) -> list[tuple[datetime.datetime, int, int]]:
     """(UTC time, SM clock MHz, reason mask) per sample of an nvidia-smi CSV log. Rows that are
     not samples (the header, error lines) are skipped; a log with no sample at all is an error
     that names the file."""
     samples = []
-    with _open(path) as f:
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
         for row in csv.reader(f):
             if len(row) < 2:
                 continue
@@ -104,16 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("records", type=Path)
     p.add_argument("smi", type=Path)
-    p.add_argument("--git-sha", default=None, help="only the records of this commit")
+    p.add_argument("--git-sha", default=None, help="only the records of this commit (a prefix of it matches)")
     p.add_argument("--smi-offset-s", type=float, default=0.0, help="seconds to add to nvidia-smi's timestamps (0: UTC)")
     args = p.parse_args(argv)
-    records = []
-    with _open(args.records) as f:
-        for line in f:
-            if line.strip():
-                rec = json.loads(line)
-                if args.git_sha is None or rec.get("git_sha") == args.git_sha:
-                    records.append(rec)
+    plot = plot_module()
+    records = [r for r in plot.read_records(args.records) if args.git_sha is None or plot.sha_matches(r.get("git_sha"), args.git_sha)]
     windowed = [r for r in records if any(r.get(f"{c}_window") for c in CLOCKS)]
     if not windowed:
         print(f"{args.records}: no record with an eager_window or graph_window (benchmark.py before 2026-12-04?)",
