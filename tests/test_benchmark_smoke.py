@@ -491,8 +491,9 @@ def test_host_overhead_record_has_the_old_fields_and_the_new(tmp_path, capsys):
     (line,) = record.read_text().splitlines()
     fields = json.loads(line)
     for key in ("library_define_empty_us", "custom_op_empty_us", "rel_attn_out_null_backend_us", "rel_attn_out_default_backend_us",
-                "vllm_entry_point_us", "sdpa_us"):  # fmt: skip
+                "vllm_entry_point_us", "sdpa_us", "rel_attn_out_one_launch_us", "api_out_split_combined_us"):  # fmt: skip
         assert fields[key] > 0, key
+    assert fields["rounds"] == 7  # rows 3-6 in rotated rounds
     assert fields["command"].startswith("python meta/tools/host_overhead.py --device cpu")
 
 

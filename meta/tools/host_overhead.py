@@ -27,6 +27,11 @@ the host back), all on one tiny decode in one process:
    default rows;
 6. ``F.scaled_dot_product_attention`` on the same decode (dense K/V, no bias), for scale.
 
+Rows 3-6 run in rotated rounds (``--rounds``, default 7: each round one batch of every row, the
+order rotated by one), so a host or GPU clock that moves during the probe moves them alike; timed
+one after another (before 2026-12-04's 5edb9aa visit) the one-launch row once read 28.6 µs against
+15.6 in the rotated ``--split-breakdown`` minutes later.
+
 ``--dispatcher-rows`` measures instead (and records with ``"probe": "dispatcher_rows"``) what the
 torch dispatcher itself costs for an op of our schema registered in different ways, under
 ``torch.inference_mode()`` and under ``torch.no_grad()``: an empty implementation registered as
@@ -334,9 +339,10 @@ def split_breakdown(device: str, calls: int = 2000, rounds: int = 15) -> dict:
     return results
 
 
-def measure(device: str, calls: int = 2000, backend: str | None = None) -> dict:
+def measure(device: str, calls: int = 2000, backend: str | None = None, rounds: int = 7) -> dict:
     """The figures of the module docstring on ``device``; ``calls`` per batch (15% of it for the
-    calls that run kernels); ``backend``: the backend every call asks for (None: the default choice)."""
+    calls that run kernels); rows 3-6 in ``rounds`` rotated rounds; ``backend``: the backend every
+    call asks for (None: the default choice)."""
     case, out, args, options = _tiny_decode(device)
     define, decorated, _lib = _registration_probes(args, options)
     if backend is not None:
@@ -357,33 +363,38 @@ def measure(device: str, calls: int = 2000, backend: str | None = None) -> dict:
         with backend_without_kernels(args, options) as backend_name:
             results["rel_attn_out_null_backend_us"] = _per_call_us(lambda: op(*args, **options), calls=calls, device=device)
         results["null_backend_note"] = f"the {backend_name} backend with its run() patched to a no-op"
-        results["rel_attn_out_default_backend_us"] = _per_call_us(lambda: op(*args, **options), calls=heavy, device=device)
-        results["vllm_entry_point_us"] = None if backend is not None else _per_call_us(
-            lambda: inkling_ops.inkling_fa4_rel_attention(case.q, case.key_cache, case.value_cache, **vllm_kwargs),
-            calls=heavy, device=device,
-        )  # fmt: skip
-        # The public API on the same call (outside tracing it calls the implementation without the
-        # dispatcher), and both entry points on a call that launches one kernel (num_splits=1: no
-        # workspace, no combine).
+        # The rows that run kernels, and SDPA, in rotated rounds (as --split-breakdown takes
+        # them): timed one after another, a host or GPU clock that moves between rows moved the
+        # rows apart (at 5edb9aa the one-launch row read 28.6 us, its breakdown twin 15.6).
+        # The public API on the same call (outside tracing it calls the implementation without
+        # the dispatcher), and both entry points on a call that launches one kernel (num_splits=1:
+        # no workspace, no combine).
         api_kwargs = {k: v for k, v in vllm_kwargs.items() if k not in ("causal", "rel_extent")}
         if backend is not None:
             api_kwargs["backend"] = backend
-        results["api_out_us"] = _per_call_us(
-            lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs), calls=heavy, device=device
-        )
+        rows = {"rel_attn_out_default_backend": lambda: op(*args, **options)}
+        if backend is None:
+            rows["vllm_entry_point"] = lambda: inkling_ops.inkling_fa4_rel_attention(
+                case.q, case.key_cache, case.value_cache, **vllm_kwargs
+            )
+        rows["api_out"] = lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs)
         for label, splits in (("one_launch", 1), ("split", 4), ("split_combined", 32)):
             if splits > 1 and backend_name == "cute":  # it never splits: no such call
                 continue
             forced = dict(options, num_splits=splits)
-            results[f"rel_attn_out_{label}_us"] = _per_call_us(lambda: op(*args, **forced), calls=heavy, device=device)
-            results[f"api_out_{label}_us"] = _per_call_us(
-                lambda: inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **api_kwargs, num_splits=splits),
-                calls=heavy, device=device,
-            )  # fmt: skip
+            rows[f"rel_attn_out_{label}"] = lambda forced=forced: op(*args, **forced)
+            rows[f"api_out_{label}"] = lambda splits=splits: inkling_ops.rel_attn(
+                case.q, case.key_cache, case.value_cache, **api_kwargs, num_splits=splits
+            )
+        rows["sdpa"] = sdpa
+        samples = _rotated_samples(rows, calls_of=lambda name: calls if name == "sdpa" else heavy, rounds=rounds, device=device)
+        for name, values in samples.items():
+            results[f"{name}_us"] = statistics.median(values)
+        results.setdefault("vllm_entry_point_us", None)
         problem = check_call(*args, 1, case.softmax_scale, [-1, -1], True, 0, out)
         _backend, plan = dispatch.plan_call(problem, case.q.device, None)
         results["default_num_splits"] = plan.num_splits
-        results["sdpa_us"] = _per_call_us(sdpa, calls=calls, device=device)
+        results["rounds"] = rounds
         results["default_backend"] = backend_name
         results["requested_backend"] = backend
         if device == "cuda":
@@ -402,14 +413,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default=None, help="the backend every call asks for (e.g. cute); default: the dispatcher's choice")
     parser.add_argument("--dispatcher-rows", action="store_true", help="measure only the dispatcher's own cost per registration style (see the docstring)")
     parser.add_argument("--split-breakdown", action="store_true", help="measure only where the split-KV decode's host time goes (CUDA; see the docstring)")
-    parser.add_argument("--rounds", type=int, default=15, help="rounds of --dispatcher-rows / --split-breakdown (default 15)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rotated rounds (default 15 for --dispatcher-rows / --split-breakdown, 7 for the main probe's rows 3-6)")
     args = parser.parse_args(argv)
     if args.dispatcher_rows:
-        results = dict(probe="dispatcher_rows", **dispatcher_rows(args.device, calls=args.calls, rounds=args.rounds))
+        results = dict(probe="dispatcher_rows", **dispatcher_rows(args.device, calls=args.calls, rounds=args.rounds or 15))
     elif args.split_breakdown:
-        results = dict(probe="split_breakdown", **split_breakdown(args.device, calls=args.calls, rounds=args.rounds))
+        results = dict(probe="split_breakdown", **split_breakdown(args.device, calls=args.calls, rounds=args.rounds or 15))
     else:
-        results = measure(args.device, calls=args.calls, backend=args.backend)
+        results = measure(args.device, calls=args.calls, backend=args.backend, rounds=args.rounds or 7)
     sha = benchmark_module().git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
     record = dict(
         results,
