@@ -1,6 +1,6 @@
 """Measure the eager host overhead of calling rel_attn (lab tool, not the product).
 
-    python meta/tools/host_overhead.py [--device cpu|cuda] [--backend NAME] [--record meta/host_overhead.jsonl]
+    python meta/tools/host_overhead.py [--device cpu|cuda] [--backend NAME] [--rounds 7] [--record meta/host_overhead.jsonl]
     python meta/tools/host_overhead.py --dispatcher-rows [--device cpu|cuda] [--rounds 15]
 
 Each figure is the median over repeated batches of back-to-back calls (host wall time per call;
@@ -29,8 +29,8 @@ the host back), all on one tiny decode in one process:
 
 Rows 3-6 run in rotated rounds (``--rounds``, default 7: each round one batch of every row, the
 order rotated by one), so a host or GPU clock that moves during the probe moves them alike; timed
-one after another (before 2026-12-04's 5edb9aa visit) the one-launch row once read 28.6 µs against
-15.6 in the rotated ``--split-breakdown`` minutes later.
+one after another (up to and including 5edb9aa) the one-launch row once read 28.6 µs against 15.6
+in the rotated ``--split-breakdown`` seconds later.
 
 ``--dispatcher-rows`` measures instead (and records with ``"probe": "dispatcher_rows"``) what the
 torch dispatcher itself costs for an op of our schema registered in different ways, under
@@ -416,12 +416,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None,
                         help="rotated rounds (default 15 for --dispatcher-rows / --split-breakdown, 7 for the main probe's rows 3-6)")
     args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds is {args.rounds}; expected a positive number of rounds")
     if args.dispatcher_rows:
-        results = dict(probe="dispatcher_rows", **dispatcher_rows(args.device, calls=args.calls, rounds=args.rounds or 15))
+        results = dict(probe="dispatcher_rows", **dispatcher_rows(args.device, calls=args.calls, rounds=15 if args.rounds is None else args.rounds))
     elif args.split_breakdown:
-        results = dict(probe="split_breakdown", **split_breakdown(args.device, calls=args.calls, rounds=args.rounds or 15))
+        results = dict(probe="split_breakdown", **split_breakdown(args.device, calls=args.calls, rounds=15 if args.rounds is None else args.rounds))
     else:
-        results = measure(args.device, calls=args.calls, backend=args.backend, rounds=args.rounds or 7)
+        results = measure(args.device, calls=args.calls, backend=args.backend, rounds=7 if args.rounds is None else args.rounds)
     sha = benchmark_module().git_state(None)[0] or "unknown"  # $INKLING_GIT_SHA on the GPU machine (its tree has no .git)
     record = dict(
         results,
