@@ -821,7 +821,7 @@ class RelAttnFwdSm90:
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
             tok = row // self.group
-            d0 = self._slice_start(offset, tok, n0)
+            d0 = self._slice_start(offset + tok, n0)
             if const_expr(self.bias_bulk):
                 self._bulk_bias_row(mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent)
             elif tok < staged_len:
@@ -839,10 +839,11 @@ class RelAttnFwdSm90:
             # each thread's cp.async arrive; with bias_bulk its arrive.expect_tx was its arrival
             pipe.producer_commit(state)
 
-    def _slice_start(self, offset, tok, n0):
-        """``d0``: the smallest distance token ``tok`` (``q_abs = offset + tok``) has to key tile
-        ``n0``'s keys, aligned down to 8 distances (16 bytes), where its staged slice starts."""
-        return (offset + tok - n0 - self.tile_n + 1) & ~(CHUNK - 1)
+    def _slice_start(self, q_abs, n0):
+        """``d0``: the smallest distance query position ``q_abs`` has to key tile ``n0``'s keys,
+        aligned down to 8 distances (16 bytes), where its staged bias slice starts. The producer
+        stages from it and the consumers read back from it: one formula for both."""
+        return (q_abs - n0 - self.tile_n + 1) & ~(CHUNK - 1)
 
     @cute.jit
     def _tma_bias_rows(self, tma_b, sB, pipe, state, m_block, q_start, staged_len, q_head0, offset, n0, tidx):
@@ -869,7 +870,7 @@ class RelAttnFwdSm90:
             r = warp_row0 + k * G
             tok = (m_block * self.tile_m + r) // G
             if tok < staged_len:
-                gB = cute.domain_offset((self._slice_start(offset, tok, n0), q_head0, q_start + tok), tRel)
+                gB = cute.domain_offset((self._slice_start(offset + tok, n0), q_head0, q_start + tok), tRel)
                 gBox = cute.local_tile(gB[None, None, 0], (W, G), (0, 0))
                 dst = cute.make_ptr(self.dtype, (sB.iterator + r * W).toint(), cute.AddressSpace.smem, assumed_align=128)
                 sBox = cute.make_tensor(dst, box)
@@ -1224,7 +1225,7 @@ class RelAttnFwdSm90:
             if const_expr(masked and self.lean_mask):
                 # outside the band the row of zeros: nothing was staged for this tile
                 r = cutlass.select_(in_band, r, Int32(self.zero_row))
-            base = qa - n0 - ((qa - n0 - tile_n + 1) & ~(CHUNK - 1))
+            base = qa - n0 - self._slice_start(qa, n0)  # element c's distance qa - n0 - c, from d0
             for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                 c = tScS_mn[0, j][1]
                 bias = sB[r, base - c].to(Float32)
