@@ -22,6 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lab  # noqa: E402,F401  (the repository root on sys.path, from any working directory)
+
 
 def parse_setting(text: str) -> tuple[str, object]:
     """``key=value`` with a Python literal value (``True``, ``8.0``, ``'tile_pages'``)."""
@@ -80,5 +83,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, ".")
     raise SystemExit(main())
