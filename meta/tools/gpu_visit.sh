@@ -14,9 +14,9 @@
 #     cute   the CuTe backend: its conformance cases, the runtime's GPU tests, the launch probe
 # BENCH_BACKENDS (default "default,cute") names the backends of ours the bench steps time.
 # SMI_MS (e.g. 50): sample the SM clock, power and temperature every SMI_MS ms for the whole visit
-# into $OUT/smi_SHA.csv.gz (nvidia-smi -lms), to set the records' timestamps against (the graph
-# clock at 32K page 16 read 11-15% above the eager one at 924f3b7, flash-attn-4's 1-12%: a clock or
-# power limit?). `python3 meta/tools/smi_clocks.py $OUT/bench_records.jsonl $OUT/smi_SHA.csv.gz` then
+# into $OUT/smi_SHA.csv.gz (nvidia-smi -lms), to set the records' timestamps against (at 3ee10cd it
+# showed the 32K graph / eager disagreement to be the power cap: meta/BENCHMARKS.md, "3ee10cd").
+# `python3 meta/tools/smi_clocks.py $OUT/bench_records.jsonl $OUT/smi_SHA.csv.gz` then
 # gives each measurement (case, peer, clock) the SM clock and throttle reasons seen during it.
 #
 # Writes logs and records under $OUT (the device tool brings them back). SHA names the commit the
