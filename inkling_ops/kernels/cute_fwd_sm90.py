@@ -286,6 +286,13 @@ class RelAttnFwdSm90:
       is ``tile_n`` (a runtime choice; at other page sizes one buffer, as without the option).
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
+    - ``debug_acc_bias`` (timing only, a wrong answer): the consumer-side floor of a bias the
+      producer would convert into float32 in the accumulator's order. Before the QK GEMM of a
+      band tile (``"unmasked"``: only the unmasked band tiles of ``band_split``; ``"band"``: every
+      tile that stages a bias) each consumer thread waits for the tile's bias, loads its 64 scores'
+      worth as 16 ``LDS.128`` of whatever the first 32 KB of the bias buffer hold, and the GEMM
+      accumulates onto them; the softmax then adds no bias (masked tiles only mask). Nothing
+      converts anything: it times what the consumers would pay, not the producer's share.
     - ``bias_bulk``: each producer thread stages its row's bias slice with one bulk copy
       (``cp.async.bulk``, the TMA unit's 1-D copy) of the part of ``[d0, d0 + bias_width)`` inside
       ``[0, E)``, instead of one ``cp.async`` per 16 bytes (17 a row, each with its own address
@@ -334,7 +341,8 @@ class RelAttnFwdSm90:
                  lean_mask: bool = False, rescale_threshold: float = 0.0,
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
-                 stmatrix_epilogue: bool = False, bias_only_past_e: bool = False):  # fmt: skip
+                 stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
+                 debug_acc_bias: str = ""):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -373,6 +381,9 @@ class RelAttnFwdSm90:
         if bias_only_past_e and not (band_split and lean_mask):
             raise ValueError("bias_only_past_e needs band_split and lean_mask (the staged zeros past E stand for the select)")
         self.bias_only_past_e = bias_only_past_e
+        if debug_acc_bias not in ("", "unmasked", "band") or (debug_acc_bias and not band_split):
+            raise ValueError(f"debug_acc_bias is {debug_acc_bias!r}; expected '', 'unmasked' or 'band' (with band_split)")
+        self.debug_acc_bias = debug_acc_bias
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
         self.zero_row = config.tile_m
         self.bias_rows = config.tile_m + 1 if lean_mask else config.tile_m
@@ -979,8 +990,9 @@ class RelAttnFwdSm90:
             # first tile: S_0, its softmax (O is zero, nothing to rescale)
             k_first = _state(STAGES, Int32(0), Int32(0), Int32(0))
             self._wait_tile(pipe_k, k_first, n_end - 1, kv_len, page_size)
+            acc_biased = self._acc_bias(acc_S, sB, pipe_b, 0, n_end - 1, num_band, bias_lo, bias_hi, b_half, tidx)
             self._sched_wait(wg_idx)
-            self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
+            self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True, acc_biased)
             self._sched_signal(wg_idx, True)
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
@@ -996,8 +1008,9 @@ class RelAttnFwdSm90:
                 self._wait_tile(pipe_k, k_state, n, kv_len, page_size)
                 # S of this tile (a fresh accumulator: see fresh_scores)
                 acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
+                acc_biased = self._acc_bias(acc_T, sB, pipe_b, it, n, num_band, bias_lo, bias_hi, b_half, tidx)
                 self._sched_wait(wg_idx)
-                self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
+                self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True, acc_biased)
                 if const_expr(self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
                 self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
@@ -1189,11 +1202,14 @@ class RelAttnFwdSm90:
             # natural units: S * softmax_scale + bias; the softmax's exp2 multiply-add applies log2(e)
             scale = scale_log2 * (1.0 / LOG2_E)
             if n >= bias_lo and n < bias_hi:
-                self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, False, False)  # fmt: skip
+                # debug_acc_bias: nothing here (the bias came with the GEMM's accumulator; the
+                # softmax's factor then stands for the scale's multiply, a wrong answer at that cost)
+                if const_expr(not self.debug_acc_bias):
+                    self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent,
+                                      window, kv_len, scale, b_half, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, True, False)  # fmt: skip
+                                  kv_len, scale, b_half, True, False, self.debug_acc_bias == "band")  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
@@ -1203,7 +1219,8 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window, kv_len,
-                     scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr):  # fmt: skip
+                     scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr,
+                     no_bias: cutlass.Constexpr = False):  # fmt: skip
         """The scores of band tile ``n`` (bias use ``bias_use``, as :meth:`_scores` says), in place:
         ``S * scale + bias`` (in natural units; with ``log2_units``, ``scale`` is
         ``softmax_scale * log2(e)`` and the bias is multiplied by log2(e) too), with, when
@@ -1215,6 +1232,9 @@ class RelAttnFwdSm90:
         in_band = bias_use < num_band
         if const_expr(not masked):
             in_band = True
+        if const_expr(no_bias):
+            # debug_acc_bias: the bias came with the accumulator
+            in_band = False
         b_state = self._bias_state(bias_use, b_half)
         if in_band:
             pipe_b.consumer_wait(b_state)
@@ -1222,13 +1242,13 @@ class RelAttnFwdSm90:
         for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
             qa = row_qabs[i]
             r = tScS_mn[i, 0][0]
-            if const_expr(masked and self.lean_mask):
+            if const_expr(masked and self.lean_mask and not no_bias):
                 # outside the band the row of zeros: nothing was staged for this tile
                 r = cutlass.select_(in_band, r, Int32(self.zero_row))
             base = qa - n0 - self._slice_start(qa, n0)  # element c's distance qa - n0 - c, from d0
             for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                 c = tScS_mn[0, j][1]
-                bias = sB[r, base - c].to(Float32)
+                bias = Float32(0.0) if const_expr(no_bias) else sB[r, base - c].to(Float32)
                 if const_expr(log2_units):
                     bias = bias * LOG2_E
                 if const_expr(masked):
@@ -1294,11 +1314,41 @@ class RelAttnFwdSm90:
         return tok, address
 
     @cute.jit
-    def _gemm(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr):
-        """acc (+)= A B over the K blocks as one warpgroup MMA batch, committed, not waited for."""
+    def _acc_bias(self, acc, sB, pipe_b, bias_use, n, num_band, bias_lo, bias_hi, b_half, tidx):
+        """``debug_acc_bias``: whether key tile ``n`` (bias use ``bias_use``) starts its QK GEMM from
+        loaded values (always False without the option); if so, this thread's share of them is in
+        ``acc``: 16 vectors of 4 float32 from the bias buffer's first 32 KB (thread ``t`` of the
+        warpgroup reads vector ``k`` at float ``(128 k + t) 4``), with the tile's bias barrier
+        waited for and released around the loads."""
+        biased = False
+        if const_expr(self.debug_acc_bias == "unmasked"):
+            biased = n >= bias_lo and n < bias_hi
+        elif const_expr(self.debug_acc_bias == "band"):
+            biased = bias_use < num_band
+        if const_expr(self.debug_acc_bias != ""):
+            if biased:
+                b_state = self._bias_state(bias_use, b_half)
+                pipe_b.consumer_wait(b_state)
+                vectors = cute.size(acc) // 4
+                address = sB.iterator.toint() + (tidx % 128) * 16
+                src = cute.make_tensor(cute.make_ptr(Float32, address, cute.AddressSpace.smem, assumed_align=16),
+                                       cute.make_layout((4, vectors), stride=(1, 512)))  # fmt: skip
+                dst = cute.make_tensor(acc.iterator, cute.make_layout((4, vectors), stride=(1, 4)))
+                atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), Float32, num_bits_per_copy=128)
+                cute.copy(atom, src, dst)
+                self._release(pipe_b, b_state)
+        return biased
+
+    @cute.jit
+    def _gemm(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr, keep=None):
+        """acc (+)= A B over the K blocks as one warpgroup MMA batch, committed, not waited for;
+        with ``keep`` (a runtime flag) the first K block accumulates onto ``acc`` where it is true."""
         warpgroup.fence()
         atom = cute.make_mma_atom(tiled_mma.op)
-        atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+        if const_expr(keep is None):
+            atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+        else:
+            atom.set(warpgroup.Field.ACCUMULATE, keep)
         for k in cutlass.range_constexpr(cute.size(tA.shape[2])):
             cute.gemm(atom, acc, tA[None, None, k], tB[None, None, k], acc)
             atom.set(warpgroup.Field.ACCUMULATE, True)
