@@ -1322,7 +1322,8 @@ class RelAttnFwdSm90:
         waited for and released around the loads."""
         biased = False
         if const_expr(self.debug_acc_bias == "unmasked"):
-            biased = n >= bias_lo and n < bias_hi
+            # (plain tiles lie in [bias_lo, bias_hi) too: only the first num_band stage a bias)
+            biased = bias_use < num_band and n >= bias_lo and n < bias_hi
         elif const_expr(self.debug_acc_bias == "band"):
             biased = bias_use < num_band
         if const_expr(self.debug_acc_bias != ""):
