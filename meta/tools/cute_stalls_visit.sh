@@ -11,8 +11,9 @@ sha=${1:?usage: cute_stalls_visit.sh SHA}
 case=${CASE:-prefill8k_sliding_page128}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-for v in "" :allplain; do
-  name=${v#:}; name=${name:-build}
+# PROFILES: the variants profiled, "build" for the backend's kernel (default "build allplain")
+for name in ${PROFILES:-build allplain}; do
+  v=":$name"; [ "$name" = build ] && v=""
   timeout 150 ncu --section SourceCounters --section WarpStateStats -k regex:RelAttn -c 1 -o "$out/src_$name" \
     python3 meta/tools/cute_ws_bench.py --profile $case$v > "$out/cute_ncu_stalls_${case}_${name}_$sha.txt" 2>&1
   echo "== $name: $(tail -1 "$out/cute_ncu_stalls_${case}_${name}_$sha.txt")"
@@ -22,5 +23,6 @@ for v in "" :allplain; do
     || ncu -i "$out/src_$name.ncu-rep" --page source --csv > "$out/cute_sass_${case}_${name}_$sha.csv"
   gzip -f "$out/cute_sass_${case}_${name}_$sha.csv"; rm -f "$out/src_$name.ncu-rep"
 done
-python3 meta/tools/sass_stalls.py "$out/cute_sass_${case}_build_$sha.csv.gz" "$out/cute_sass_${case}_allplain_$sha.csv.gz" --top 20 --ranges \
+set -- ${PROFILES:-build allplain}
+python3 meta/tools/sass_stalls.py "$out/cute_sass_${case}_$1_$sha.csv.gz" "$out/cute_sass_${case}_${!#}_$sha.csv.gz" --top 20 --ranges \
   | tee "$out/sass_stalls_${case}_$sha.txt"
