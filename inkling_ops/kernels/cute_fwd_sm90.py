@@ -325,12 +325,6 @@ class RelAttnFwdSm90:
       is the contract's bias past ``E``, so no select is needed. Without it those tiles take the
       masked body.
 
-    - ``bias_before_v``: the producer stages band tile ``i``'s bias after K of tile ``i + 1`` and
-      before V of tile ``i``, instead of tile ``i + 1``'s after V of tile ``i``. Its wait for the
-      bias buffer (free once the consumers' softmax of the previous band tile is done) then no
-      longer stands before the next K: producer warp 0, which issues the K / V copies and stages
-      rows 0-31, waited there on every band tile, so K ran one tile ahead instead of two.
-
     - ``rescale_threshold`` (log2 units; 0: off): a row's softmax offset moves only when a tile's
       maximum passes it by more than this, so a probability is at most ``2**rescale_threshold``;
       a warp whose rows all kept their offset skips the running O's rescale (one multiply an
@@ -348,7 +342,7 @@ class RelAttnFwdSm90:
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
-                 debug_acc_bias: str = "", bias_before_v: bool = False):  # fmt: skip
+                 debug_acc_bias: str = ""):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -390,9 +384,6 @@ class RelAttnFwdSm90:
         if debug_acc_bias not in ("", "unmasked", "band") or (debug_acc_bias and not band_split):
             raise ValueError(f"debug_acc_bias is {debug_acc_bias!r}; expected '', 'unmasked' or 'band' (with band_split)")
         self.debug_acc_bias = debug_acc_bias
-        if bias_before_v and page_reuse and not tma_kv:
-            raise ValueError("bias_before_v is built for the tma_kv producer loop (page_reuse without tma_kv has its own)")
-        self.bias_before_v = bias_before_v
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
         self.zero_row = config.tile_m
         self.bias_rows = config.tile_m + 1 if lean_mask else config.tile_m
@@ -697,25 +688,19 @@ class RelAttnFwdSm90:
             else:
                 self._load_kv(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
                               thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
-                if const_expr(not self.bias_before_v):
-                    if num_band > 0:
-                        self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
+                if num_band > 0:
+                    self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                    (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
                     n = n_end - 1 - it
                     if it + 1 < n_tiles:
                         self._load_kv(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len,
                                       n - 1, thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
-                    if const_expr(self.bias_before_v):
-                        if it < num_band:
-                            self._load_bias(mRel, sB, it, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                            n * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
                     self._load_kv(mV, sV, it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy,
                                   tTcT, copy_atom, pages_v)  # fmt: skip
-                    if const_expr(not self.bias_before_v):
-                        if it + 1 < num_band:
-                            self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                            (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
+                    if it + 1 < num_band:
+                        self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)

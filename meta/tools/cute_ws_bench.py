@@ -81,9 +81,6 @@ VARIANTS = {
     "acc_band": dict(debug_acc_bias="band"),
     # acc_band with nothing copied into the bias buffer: what is left is the masks and the waits
     "acc_band_nostage": dict(debug_acc_bias="band", debug_skip_bias_copies=True),
-    # the producer stages band tile i's bias between K of tile i + 1 and V of tile i (the build:
-    # tile i + 1's after V of tile i, its wait for the bias buffer ahead of the next K)
-    "bias_before_v": dict(bias_before_v=True),
     # the band tiles' bias buffer committed with nothing copied into it: the staging's cost, by
     # difference with the build (and allplain's, the consumers' bias work)
     "bias_nostage": dict(debug_skip_bias_copies=True),
