@@ -293,6 +293,11 @@ class RelAttnFwdSm90:
       worth as 16 ``LDS.128`` of whatever the first 32 KB of the bias buffer hold, and the GEMM
       accumulates onto them; the softmax then adds no bias (masked tiles only mask). Nothing
       converts anything: it times what the consumers would pay, not the producer's share.
+      ``"band_noload"``: the same wait and release before the GEMM, no loads, the GEMM from zero
+      (the bias hand-off alone).
+    - ``debug_no_masks`` (timing only, a wrong answer): masked tiles keep every score (the
+      visibility select dropped); with ``debug_acc_bias`` and ``debug_skip_bias_copies`` it
+      leaves, over ``debug_all_plain``, the bias hand-off alone.
     - ``bias_bulk``: each producer thread stages its row's bias slice with one bulk copy
       (``cp.async.bulk``, the TMA unit's 1-D copy) of the part of ``[d0, d0 + bias_width)`` inside
       ``[0, E)``, instead of one ``cp.async`` per 16 bytes (17 a row, each with its own address
@@ -342,7 +347,7 @@ class RelAttnFwdSm90:
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
-                 debug_acc_bias: str = ""):  # fmt: skip
+                 debug_acc_bias: str = "", debug_no_masks: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -381,9 +386,10 @@ class RelAttnFwdSm90:
         if bias_only_past_e and not (band_split and lean_mask):
             raise ValueError("bias_only_past_e needs band_split and lean_mask (the staged zeros past E stand for the select)")
         self.bias_only_past_e = bias_only_past_e
-        if debug_acc_bias not in ("", "unmasked", "band") or (debug_acc_bias and not band_split):
-            raise ValueError(f"debug_acc_bias is {debug_acc_bias!r}; expected '', 'unmasked' or 'band' (with band_split)")
+        if debug_acc_bias not in ("", "unmasked", "band", "band_noload") or (debug_acc_bias and not band_split):
+            raise ValueError(f"debug_acc_bias is {debug_acc_bias!r}; expected '', 'unmasked', 'band' or 'band_noload' (with band_split)")
         self.debug_acc_bias = debug_acc_bias
+        self.debug_no_masks = debug_no_masks
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
         self.zero_row = config.tile_m
         self.bias_rows = config.tile_m + 1 if lean_mask else config.tile_m
@@ -1209,7 +1215,7 @@ class RelAttnFwdSm90:
                                       window, kv_len, scale, b_half, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, True, False, self.debug_acc_bias == "band")  # fmt: skip
+                                  kv_len, scale, b_half, True, False, self.debug_acc_bias in ("band", "band_noload"))  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
@@ -1260,7 +1266,10 @@ class RelAttnFwdSm90:
                     visible = d >= 0 and d <= window
                     if const_expr(self.kv_len_mask):
                         visible = visible and n0 + c < kv_len
-                    acc_S_mn[i, j] = s if visible else -Float32.inf
+                    if const_expr(self.debug_no_masks):
+                        acc_S_mn[i, j] = s
+                    else:
+                        acc_S_mn[i, j] = s if visible else -Float32.inf
                 else:
                     acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
         if in_band:
@@ -1324,9 +1333,16 @@ class RelAttnFwdSm90:
         if const_expr(self.debug_acc_bias == "unmasked"):
             # (plain tiles lie in [bias_lo, bias_hi) too: only the first num_band stage a bias)
             biased = bias_use < num_band and n >= bias_lo and n < bias_hi
-        elif const_expr(self.debug_acc_bias == "band"):
+        elif const_expr(self.debug_acc_bias in ("band", "band_noload")):
             biased = bias_use < num_band
-        if const_expr(self.debug_acc_bias != ""):
+        if const_expr(self.debug_acc_bias == "band_noload"):
+            # the wait and the release alone; the GEMM starts from zero
+            if biased:
+                b_state = self._bias_state(bias_use, b_half)
+                pipe_b.consumer_wait(b_state)
+                self._release(pipe_b, b_state)
+            biased = False
+        elif const_expr(self.debug_acc_bias != ""):
             if biased:
                 b_state = self._bias_state(bias_use, b_half)
                 pipe_b.consumer_wait(b_state)

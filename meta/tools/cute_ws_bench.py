@@ -81,6 +81,11 @@ VARIANTS = {
     "acc_band": dict(debug_acc_bias="band"),
     # acc_band with nothing copied into the bias buffer: what is left is the masks and the waits
     "acc_band_nostage": dict(debug_acc_bias="band", debug_skip_bias_copies=True),
+    # acc_band_nostage split further: without its loads (the bias hand-off and the masks), without
+    # the masks' select (the hand-off and the loads), without both (the hand-off alone)
+    "abn_noload": dict(debug_acc_bias="band_noload", debug_skip_bias_copies=True),
+    "abn_nomask": dict(debug_acc_bias="band", debug_skip_bias_copies=True, debug_no_masks=True),
+    "abn_handoff": dict(debug_acc_bias="band_noload", debug_skip_bias_copies=True, debug_no_masks=True),
     # the band tiles' bias buffer committed with nothing copied into it: the staging's cost, by
     # difference with the build (and allplain's, the consumers' bias work)
     "bias_nostage": dict(debug_skip_bias_copies=True),
@@ -126,7 +131,7 @@ VARIANTS = {
 #: variant keys that are CuteFwdConfig fields (the rest are RelAttnFwdSm90 options over cute_fwd_sm90.schedule(config))
 CONFIG_FIELDS = {"compact_grid"}
 #: variants whose output is not the op's (not checked against the reference)
-UNCHECKED = {"allplain", "bias_nostage", "acc_unmasked", "acc_band", "acc_band_nostage"}
+UNCHECKED = {"allplain", "bias_nostage", "acc_unmasked", "acc_band", "acc_band_nostage", "abn_noload", "abn_nomask", "abn_handoff"}
 _COMPILED: dict = {}
 
 
