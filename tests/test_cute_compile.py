@@ -247,6 +247,40 @@ def test_cute_compile_bias_only_past_e_option():
             cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, **off})
 
 
+def test_cute_compile_timing_probes():
+    """The timing probes of the ninth day (wrong answers by design, never in ``SCHEDULE``):
+    ``debug_acc_bias="band"`` loads 16 float32 vectors a thread before each QK GEMM (two sites:
+    the walk's first tile and the loop) and drops every 16-bit bias load; ``"band_noload"`` keeps
+    only the waits; ``debug_no_masks`` drops the masked tiles' selects. Bad values are refused by
+    name."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    assert not any(k.startswith("debug_") for k in cute_fwd_sm90.SCHEDULE)
+
+    def ptx_of(**variant):
+        return cute_runtime.compile_with(
+            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
+        ).ptx
+
+    def count(pattern, ptx):
+        return len(re.findall(pattern, ptx))
+
+    build, band = ptx_of(), ptx_of(debug_acc_bias="band")
+    bare = ptx_of(debug_acc_bias="band_noload", debug_no_masks=True)
+    v4, b16, selp = r"ld\.shared\.v4\.b32", r"ld\.shared\.[bu]16", r"selp\.f32"
+    assert count(v4, band) == count(v4, build) + 32 and count(b16, build) >= 128 and count(b16, band) == 0
+    assert count(v4, bare) == count(v4, build) and count(b16, bare) == 0
+    assert count(selp, bare) <= count(selp, build) - 128
+    for ptx in (band, bare):
+        assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
+    with pytest.raises(ValueError, match="debug_acc_bias"):
+        cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "debug_acc_bias": "all"})
+    with pytest.raises(ValueError, match="debug_acc_bias"):
+        cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "band_split": False,
+                                                "bias_only_past_e": False, "debug_acc_bias": "band"})
+
+
 def test_cute_compile_sliding_page128_g4_fp16():
     ptx = _compile_ptx(_problem(dtype=torch.float16, kv_heads=2, page=128, extent=512, window=511))
     _check_hopper_ptx(ptx)
