@@ -272,6 +272,13 @@ def test_cute_compile_timing_probes():
     assert count(v4, band) == count(v4, build) + 32 and count(b16, build) >= 128 and count(b16, band) == 0
     assert count(v4, bare) == count(v4, build) and count(b16, bare) == 0
     assert count(selp, bare) <= count(selp, build) - 128
+    # the bias waits: "band" / "band_noload" wait before the GEMM at the two QK sites and drop the
+    # masked body's two; "unmasked" moves the unmasked body's two (a hang at 4c3f7ad was a wait
+    # the producer never answers, which only a GPU run can catch)
+    unmasked = ptx_of(debug_acc_bias="unmasked")
+    wait = r"mbarrier\.try_wait"
+    assert count(wait, band) == count(wait, bare) == count(wait, build) - 2
+    assert count(wait, unmasked) == count(wait, build)
     for ptx in (band, bare):
         assert not re.search(r"\.local\s", ptx), "registers spilled to local memory"
     with pytest.raises(ValueError, match="debug_acc_bias"):

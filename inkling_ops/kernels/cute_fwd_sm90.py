@@ -291,13 +291,16 @@ class RelAttnFwdSm90:
       band tile (``"unmasked"``: only the unmasked band tiles of ``band_split``; ``"band"``: every
       tile that stages a bias) each consumer thread waits for the tile's bias, loads its 64 scores'
       worth as 16 ``LDS.128`` of whatever the first 32 KB of the bias buffer hold, and the GEMM
-      accumulates onto them; the softmax then adds no bias (masked tiles only mask). Nothing
-      converts anything: it times what the consumers would pay, not the producer's share.
-      ``"band_noload"``: the same wait and release before the GEMM, no loads, the GEMM from zero
-      (the bias hand-off alone).
+      accumulates onto them; the softmax then adds no bias to those tiles (with ``"band"``,
+      masked tiles only mask; with ``"unmasked"`` they wait for and add the staged bias as in the
+      build). Nothing converts anything: it times what the consumers would pay, not the
+      producer's share. ``"band_noload"``: the same wait and release before the GEMM, no loads,
+      the GEMM from zero. The wait comes before the GEMM and the release right after it, earlier
+      than the build's (after the GEMM, after the softmax): a shorter hand-off than the build's.
     - ``debug_no_masks`` (timing only, a wrong answer): masked tiles keep every score (the
-      visibility select dropped); with ``debug_acc_bias`` and ``debug_skip_bias_copies`` it
-      leaves, over ``debug_all_plain``, the bias hand-off alone.
+      visibility select dropped); with ``debug_acc_bias="band_noload"`` and
+      ``debug_skip_bias_copies`` it leaves, over ``debug_all_plain``, the probe's bias hand-off and
+      the masked tiles' own body (a scale multiply a score).
     - ``bias_bulk``: each producer thread stages its row's bias slice with one bulk copy
       (``cp.async.bulk``, the TMA unit's 1-D copy) of the part of ``[d0, d0 + bias_width)`` inside
       ``[0, E)``, instead of one ``cp.async`` per 16 bytes (17 a row, each with its own address
@@ -386,8 +389,10 @@ class RelAttnFwdSm90:
         if bias_only_past_e and not (band_split and lean_mask):
             raise ValueError("bias_only_past_e needs band_split and lean_mask (the staged zeros past E stand for the select)")
         self.bias_only_past_e = bias_only_past_e
-        if debug_acc_bias not in ("", "unmasked", "band", "band_noload") or (debug_acc_bias and not band_split):
-            raise ValueError(f"debug_acc_bias is {debug_acc_bias!r}; expected '', 'unmasked', 'band' or 'band_noload' (with band_split)")
+        if debug_acc_bias not in ("", "unmasked", "band", "band_noload"):
+            raise ValueError(f"debug_acc_bias is {debug_acc_bias!r}; expected '', 'unmasked', 'band' or 'band_noload'")
+        if debug_acc_bias and not band_split:
+            raise ValueError(f"debug_acc_bias={debug_acc_bias!r} needs band_split (its tile classes)")
         self.debug_acc_bias = debug_acc_bias
         self.debug_no_masks = debug_no_masks
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them

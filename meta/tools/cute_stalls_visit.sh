@@ -2,8 +2,9 @@
 # H200 visit: where a band tile's time goes on a sliding layer, where the consumers' bias work is
 # 25% of the call (TUNING "2026-12-04 visits"). ncu's warp states and per-instruction stall
 # sampling (SourceCounters, one call each) of CASE for the build and the all-plain variant
-# (no mask, no bias, nothing staged), the SASS-level counters exported as CSV.
-#   . /tmp/site/env.sh && bash meta/tools/cute_stalls_visit.sh SHA
+# (no mask, no bias, nothing staged), or for the cute_ws_bench variants PROFILES names (the
+# first and the last compared), the SASS-level counters exported as CSV.
+#   . /tmp/site/env.sh && [PROFILES="acc_band_nostage allplain"] bash meta/tools/cute_stalls_visit.sh SHA
 # Compare the two CSVs' stall samples per instruction: the build's extra samples, and on which
 # instructions (band body loads, converts, the softmax, the ping-pong barrier) they land
 # (meta/tools/sass_stalls.py, run at the end: samples by code region, side by side).
@@ -25,4 +26,4 @@ for name in ${PROFILES:-build allplain}; do
 done
 set -- ${PROFILES:-build allplain}
 python3 meta/tools/sass_stalls.py "$out/cute_sass_${case}_$1_$sha.csv.gz" "$out/cute_sass_${case}_${!#}_$sha.csv.gz" --top 20 --ranges \
-  | tee "$out/sass_stalls_${case}_$sha.txt"
+  | tee "$out/sass_stalls_${case}_$1_vs_${!#}_$sha.txt"

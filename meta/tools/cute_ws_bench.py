@@ -75,11 +75,13 @@ VARIANTS = {
     "nopingpong": dict(pingpong=False),
     "allplain": dict(debug_all_plain=True),
     # the consumers' floor of a producer-converted float32 bias in the accumulator's order: band
-    # tiles load 16 LDS.128 a thread into the QK accumulator before the GEMM and add nothing in
-    # the softmax (timing only; "unmasked": band_split's unmasked tiles, "band": every staged tile)
+    # tiles load 16 LDS.128 a thread into the QK accumulator before the GEMM and add no bias in
+    # the softmax (timing only; "unmasked": band_split's unmasked tiles, masked ones as the build;
+    # "band": every staged tile, masked ones only mask)
     "acc_unmasked": dict(debug_acc_bias="unmasked"),
     "acc_band": dict(debug_acc_bias="band"),
-    # acc_band with nothing copied into the bias buffer: what is left is the masks and the waits
+    # acc_band with nothing copied into the bias buffer: what is left is the masks, the waits and
+    # the probe's own loads
     "acc_band_nostage": dict(debug_acc_bias="band", debug_skip_bias_copies=True),
     # acc_band_nostage split further: without its loads (the bias hand-off and the masks), without
     # the masks' select (the hand-off and the loads), without both (the hand-off alone)
