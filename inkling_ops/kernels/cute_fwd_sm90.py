@@ -1340,25 +1340,21 @@ class RelAttnFwdSm90:
             biased = bias_use < num_band and n >= bias_lo and n < bias_hi
         elif const_expr(self.debug_acc_bias in ("band", "band_noload")):
             biased = bias_use < num_band
+        if const_expr(self.debug_acc_bias != ""):
+            if biased:
+                b_state = self._bias_state(bias_use, b_half)
+                pipe_b.consumer_wait(b_state)
+                if const_expr(self.debug_acc_bias != "band_noload"):
+                    vectors = cute.size(acc) // 4
+                    address = sB.iterator.toint() + (tidx % 128) * 16
+                    src = cute.make_tensor(cute.make_ptr(Float32, address, cute.AddressSpace.smem, assumed_align=16),
+                                           cute.make_layout((4, vectors), stride=(1, 512)))  # fmt: skip
+                    dst = cute.make_tensor(acc.iterator, cute.make_layout((4, vectors), stride=(1, 4)))
+                    atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), Float32, num_bits_per_copy=128)
+                    cute.copy(atom, src, dst)
+                self._release(pipe_b, b_state)
         if const_expr(self.debug_acc_bias == "band_noload"):
-            # the wait and the release alone; the GEMM starts from zero
-            if biased:
-                b_state = self._bias_state(bias_use, b_half)
-                pipe_b.consumer_wait(b_state)
-                self._release(pipe_b, b_state)
-            biased = False
-        elif const_expr(self.debug_acc_bias != ""):
-            if biased:
-                b_state = self._bias_state(bias_use, b_half)
-                pipe_b.consumer_wait(b_state)
-                vectors = cute.size(acc) // 4
-                address = sB.iterator.toint() + (tidx % 128) * 16
-                src = cute.make_tensor(cute.make_ptr(Float32, address, cute.AddressSpace.smem, assumed_align=16),
-                                       cute.make_layout((4, vectors), stride=(1, 512)))  # fmt: skip
-                dst = cute.make_tensor(acc.iterator, cute.make_layout((4, vectors), stride=(1, 4)))
-                atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), Float32, num_bits_per_copy=128)
-                cute.copy(atom, src, dst)
-                self._release(pipe_b, b_state)
+            biased = False  # the wait and the release alone; the GEMM starts from zero
         return biased
 
     @cute.jit
