@@ -305,9 +305,7 @@ class RelAttnFwdSm90:
       body (the unmasked one, waiting for its bias only when it stages any and else reading the
       row of zeros), and the masked tiles then set their invisible scores to -inf in a pass of
       their own (:meth:`_mask_scores`), instead of a second bias body with the select inside it:
-      the same work a score, one bias body less in the loop's code. ``"bounds"``: the pass compares
-      each column's offset from the thread's first column with the row's visible range, computed
-      once a row, instead of computing each score's distance.
+      the same work a score, one bias body less in the loop's code.
     - ``bias_bulk``: each producer thread stages its row's bias slice with one bulk copy
       (``cp.async.bulk``, the TMA unit's 1-D copy) of the part of ``[d0, d0 + bias_width)`` inside
       ``[0, E)``, instead of one ``cp.async`` per 16 bytes (17 a row, each with its own address
@@ -357,7 +355,7 @@ class RelAttnFwdSm90:
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
-                 debug_acc_bias: str = "", debug_no_masks: bool = False, mask_after: bool | str = False):  # fmt: skip
+                 debug_acc_bias: str = "", debug_no_masks: bool = False, mask_after: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -402,8 +400,6 @@ class RelAttnFwdSm90:
             raise ValueError(f"debug_acc_bias={debug_acc_bias!r} needs band_split (its tile classes)")
         self.debug_acc_bias = debug_acc_bias
         self.debug_no_masks = debug_no_masks
-        if mask_after not in (False, True, "bounds"):
-            raise ValueError(f"mask_after is {mask_after!r}; expected False, True or 'bounds'")
         if mask_after and not (band_split and lean_mask):
             raise ValueError("mask_after needs band_split and lean_mask (one bias body reads the zero row outside the band)")
         if mask_after and (debug_acc_bias or debug_no_masks):
@@ -1307,21 +1303,12 @@ class RelAttnFwdSm90:
         ``d > window``; with ``kv_len_mask``, keys at or past ``kv_len`` too) set to -inf, in place,
         after the bias body."""
         n0 = n * self.tile_n
-        c0 = tScS_mn[0, 0][1]
         for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
             qa = row_qabs[i]
-            # "bounds": column j is visible when its offset from this thread's first column lies in
-            # [last - window, last], last = the row's largest visible offset (one per row)
-            last = qa - n0 - c0
-            first = last - window
             for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                 c = tScS_mn[0, j][1]
-                if const_expr(self.mask_after == "bounds"):
-                    k = c - c0
-                    visible = k <= last and k >= first
-                else:
-                    d = qa - n0 - c
-                    visible = d >= 0 and d <= window
+                d = qa - n0 - c
+                visible = d >= 0 and d <= window
                 if const_expr(self.kv_len_mask):
                     visible = visible and n0 + c < kv_len
                 acc_S_mn[i, j] = acc_S_mn[i, j] if visible else -Float32.inf

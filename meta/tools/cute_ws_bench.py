@@ -92,8 +92,6 @@ VARIANTS = {
     # (the build: two bias bodies, the masked one with the select inside; 440 fewer SASS
     # instructions at G 4): whether the loop's code size holds the masked tiles back
     "mask_after": dict(mask_after=True),
-    # and its pass comparing column offsets with per-row bounds (fewer instructions a score)
-    "mask_after_bounds": dict(mask_after="bounds"),
     # the build with the masked tiles' select dropped (timing only): the masks' share in the build,
     # as abn_nomask gives it over acc_band_nostage
     "nomask": dict(debug_no_masks=True),
