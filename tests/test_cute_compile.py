@@ -288,29 +288,6 @@ def test_cute_compile_timing_probes():
                                                 "bias_only_past_e": False, "debug_acc_bias": "band"})
 
 
-def test_cute_compile_mask_after():
-    """``mask_after`` compiles one bias body a QK site (the walk's first tile and the loop: 64
-    16-bit loads each at G 8, against the build's 128) and keeps the masks' selects, in a pass of
-    their own; it refuses the schedules it cannot serve, by name."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
-
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
-
-    def ptx_of(**variant):
-        return cute_runtime.compile_with(
-            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
-        ).ptx
-
-    build, after = ptx_of(), ptx_of(mask_after=True)
-    b16, selp = r"ld\.shared\.[bu]16", r"selp\.f32"
-    assert len(re.findall(b16, build)) == 2 * len(re.findall(b16, after)) == 256
-    assert len(re.findall(selp, after)) >= 128
-    assert not re.search(r"\.local\s", after), "registers spilled to local memory"
-    for bad in (dict(lean_mask=False, bias_only_past_e=False), dict(debug_no_masks=True)):
-        with pytest.raises(ValueError, match="mask_after"):
-            cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "mask_after": True, **bad})
-
-
 def test_cute_compile_sliding_page128_g4_fp16():
     ptx = _compile_ptx(_problem(dtype=torch.float16, kv_heads=2, page=128, extent=512, window=511))
     _check_hopper_ptx(ptx)

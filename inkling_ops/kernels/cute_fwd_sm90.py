@@ -301,11 +301,6 @@ class RelAttnFwdSm90:
       visibility select dropped); with ``debug_acc_bias="band_noload"`` and
       ``debug_skip_bias_copies`` it leaves, over ``debug_all_plain``, the probe's bias hand-off and
       the masked tiles' own body (a scale multiply a score).
-    - ``mask_after`` (with ``band_split`` and ``lean_mask``): every band tile goes through one bias
-      body (the unmasked one, waiting for its bias only when it stages any and else reading the
-      row of zeros), and the masked tiles then set their invisible scores to -inf in a pass of
-      their own (:meth:`_mask_scores`), instead of a second bias body with the select inside it:
-      the same work a score, one bias body less in the loop's code.
     - ``bias_bulk``: each producer thread stages its row's bias slice with one bulk copy
       (``cp.async.bulk``, the TMA unit's 1-D copy) of the part of ``[d0, d0 + bias_width)`` inside
       ``[0, E)``, instead of one ``cp.async`` per 16 bytes (17 a row, each with its own address
@@ -355,7 +350,7 @@ class RelAttnFwdSm90:
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
-                 debug_acc_bias: str = "", debug_no_masks: bool = False, mask_after: bool = False):  # fmt: skip
+                 debug_acc_bias: str = "", debug_no_masks: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -400,11 +395,6 @@ class RelAttnFwdSm90:
             raise ValueError(f"debug_acc_bias={debug_acc_bias!r} needs band_split (its tile classes)")
         self.debug_acc_bias = debug_acc_bias
         self.debug_no_masks = debug_no_masks
-        if mask_after and not (band_split and lean_mask):
-            raise ValueError("mask_after needs band_split and lean_mask (one bias body reads the zero row outside the band)")
-        if mask_after and (debug_acc_bias or debug_no_masks):
-            raise ValueError("mask_after does not combine with debug_acc_bias or debug_no_masks (they probe the two-body build)")
-        self.mask_after = mask_after
         #: rows of the bias buffer: one a tile row, and with lean_mask a row of zeros after them
         self.zero_row = config.tile_m
         self.bias_rows = config.tile_m + 1 if lean_mask else config.tile_m
@@ -1222,13 +1212,7 @@ class RelAttnFwdSm90:
         elif const_expr(self.band_split):
             # natural units: S * softmax_scale + bias; the softmax's exp2 multiply-add applies log2(e)
             scale = scale_log2 * (1.0 / LOG2_E)
-            if const_expr(self.mask_after):
-                # one bias body for every band tile; the masked ones then select
-                self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
-                                  kv_len, scale, b_half, False, False, False, True)  # fmt: skip
-                if not (n >= bias_lo and n < bias_hi):
-                    self._mask_scores(acc_S_mn, row_qabs, tScS_mn, n, window, kv_len)
-            elif n >= bias_lo and n < bias_hi:
+            if n >= bias_lo and n < bias_hi:
                 # debug_acc_bias: nothing here (the bias came with the GEMM's accumulator; the
                 # softmax's factor then stands for the scale's multiply, a wrong answer at that cost)
                 if const_expr(not self.debug_acc_bias):
@@ -1247,18 +1231,17 @@ class RelAttnFwdSm90:
     @cute.jit
     def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window, kv_len,
                      scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr,
-                     no_bias: cutlass.Constexpr = False, band_test: cutlass.Constexpr = False):  # fmt: skip
+                     no_bias: cutlass.Constexpr = False):  # fmt: skip
         """The scores of band tile ``n`` (bias use ``bias_use``, as :meth:`_scores` says), in place:
         ``S * scale + bias`` (in natural units; with ``log2_units``, ``scale`` is
         ``softmax_scale * log2(e)`` and the bias is multiplied by log2(e) too), with, when
         ``masked``, the bias selected away at ``d >= E`` and the invisible elements set to -inf.
         Unmasked tiles (``band_split``: every element visible, every ``0 <= d < E``) are in the
         band by construction and always wait for their bias; a masked tile waits when its bias use
-        is below ``num_band``; so does an unmasked one with ``band_test`` (``mask_after``: the body of
-        every band tile, masked or not), reading the row of zeros when it is not."""
+        is below ``num_band``."""
         tile_n = self.tile_n
         in_band = bias_use < num_band
-        if const_expr(not masked and not band_test):
+        if const_expr(not masked):
             in_band = True
         if const_expr(no_bias):
             # debug_acc_bias: the bias came with the accumulator
@@ -1270,7 +1253,7 @@ class RelAttnFwdSm90:
         for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
             qa = row_qabs[i]
             r = tScS_mn[i, 0][0]
-            if const_expr((masked or band_test) and self.lean_mask and not no_bias):
+            if const_expr(masked and self.lean_mask and not no_bias):
                 # outside the band the row of zeros: nothing was staged for this tile
                 r = cutlass.select_(in_band, r, Int32(self.zero_row))
             base = qa - n0 - self._slice_start(qa, n0)  # element c's distance qa - n0 - c, from d0
@@ -1296,22 +1279,6 @@ class RelAttnFwdSm90:
                     acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
         if in_band:
             self._release(pipe_b, b_state)
-
-    @cute.jit
-    def _mask_scores(self, acc_S_mn, row_qabs, tScS_mn, n, window, kv_len):
-        """``mask_after``: the scores of key tile ``n`` that are not visible (``d < 0`` or
-        ``d > window``; with ``kv_len_mask``, keys at or past ``kv_len`` too) set to -inf, in place,
-        after the bias body."""
-        n0 = n * self.tile_n
-        for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
-            qa = row_qabs[i]
-            for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
-                c = tScS_mn[0, j][1]
-                d = qa - n0 - c
-                visible = d >= 0 and d <= window
-                if const_expr(self.kv_len_mask):
-                    visible = visible and n0 + c < kv_len
-                acc_S_mn[i, j] = acc_S_mn[i, j] if visible else -Float32.inf
 
     def _half_count(self, count: int, page_size):
         """The arrivals on one bias barrier of ``bias_per_wg``, where ``count`` arrive on the one
