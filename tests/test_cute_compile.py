@@ -408,6 +408,52 @@ def test_cute_tma_bias_width():
     assert all(g * w * 2 % 128 == 0 and w >= 136 for g, w in widths.items())
 
 
+def test_cute_tma_bias_width_box_rows():
+    """With ``bias_box_rows``, a box's later tokens read from its first token's slice start: every
+    element any of its rows reads lies inside the row, and the box is whole 128-byte lines."""
+    from inkling_ops.kernels.cute_fwd_sm90 import CHUNK, tma_bias_width
+
+    tile_n = 128
+    for group in (1, 2, 4, 8, 16):
+        rows = max(8, group)
+        width = tma_bias_width(tile_n, group, box_rows=rows)
+        assert rows * width * 2 % 128 == 0
+        for q_first in range(tile_n, tile_n + 16):  # every start rounding, n0 = 0
+            d0 = (q_first - tile_n + 1) & ~(CHUNK - 1)
+            reads = [q_first + t - c - d0 for t in range(rows // group) for c in range(tile_n)]
+            assert 0 <= min(reads) and max(reads) < width, (group, width, q_first)
+    assert {g: tma_bias_width(128, g, box_rows=8) for g in (1, 2, 4, 8)} == {1: 144, 2: 144, 4: 136, 8: 136}
+
+
+def test_cute_compile_bias_box_rows():
+    """``bias_box_rows=8`` stages 8-row bias boxes below ``G`` 8 (the bytes each announces) with the
+    band bodies' 16-bit loads unchanged in number, is the build itself at ``G`` 8, and refuses what it cannot serve, by name."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    def ptx_of(group, **variant):
+        config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
+        return cute_runtime.compile_with(
+            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
+        ).ptx
+
+    def box_bytes(ptx):
+        # the transaction bytes a box's first row announces: selp.b32 %r, BYTES, 0, %p
+        return set(re.findall(r"selp\.b32\s+%r\d+, (\d+), 0,", ptx))
+
+    b16 = r"ld\.shared\.[bu]16"
+    build, boxed = ptx_of(4), ptx_of(4, bias_box_rows=8)
+    assert "1152" in box_bytes(build) and "2176" not in box_bytes(build)  # 4 rows x 144 x 2 bytes
+    assert "2176" in box_bytes(boxed) and "1152" not in box_bytes(boxed)  # 8 rows x 136 x 2 bytes
+    assert len(re.findall(b16, boxed)) == len(re.findall(b16, build)) >= 128
+    assert not re.search(r"\.local\s", boxed), "registers spilled to local memory"
+    assert "2304" in box_bytes(ptx_of(1, bias_box_rows=8))  # 8 rows x 144 x 2 bytes
+    assert ptx_of(8, bias_box_rows=8) == ptx_of(8)
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
+    for bad in (dict(bias_box_rows=6), dict(bias_box_rows=64), dict(bias_tma=False, bias_box_rows=8)):
+        with pytest.raises(ValueError, match="bias_box_rows"):
+            cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, **bad})
+
+
 def test_cute_bias_tma_needs_group_dividing_32(monkeypatch):
     """The kernel refuses ``bias_tma`` where a token's rows could cross a producer warp's; the
     backend's schedule then leaves it off (bias_bulk stages the same values)."""

@@ -155,14 +155,19 @@ def tma_boxes_fit(group: int) -> bool:
     return 32 % group == 0
 
 
-def tma_bias_width(tile_n: int, group: int, elem_bytes: int = 2) -> int:
+def tma_bias_width(tile_n: int, group: int, elem_bytes: int = 2, box_rows: int = 0) -> int:
     """Distances a row of ``bias_tma``'s buffer holds: ``tile_n`` plus 16 bytes of slop (a box
     starts at a 16-byte-aligned distance: the TMA unit faults on any other innermost start), widened
-    by 8 distances at a time until one token's box of ``group`` rows is a whole number of 128-byte
-    lines, so every box lands 128-byte aligned (136 at group 8 or 16, 144 at 4, 160 at 2, 192 at 1).
-    Pure."""
-    width = tile_n + CHUNK
-    while (group * width * elem_bytes) % 128:
+    by 8 distances at a time until one box is a whole number of 128-byte lines, so every box lands
+    128-byte aligned. A box is one token's ``group`` rows (136 at group 8 or 16, 144 at 4, 160 at 2,
+    192 at 1), or with ``box_rows`` (a multiple of ``group``) that many rows of ``box_rows / group``
+    consecutive tokens from the first one's start, whose later tokens reach up to one distance
+    further each (136 at group 4 with 8 rows, 144 at 2 or 1). Pure."""
+    rows = box_rows or group
+    tokens = rows // group
+    # the largest element read: (tile_n - 1) + 7 of the start's rounding + (tokens - 1)
+    width = -(-(tile_n + CHUNK - 1 + tokens - 1) // CHUNK) * CHUNK
+    while (rows * width * elem_bytes) % 128:
         width += CHUNK
     return width
 
@@ -312,6 +317,14 @@ class RelAttnFwdSm90:
       producer warp instead of 32 bulk copies, one lane at a time). Distances outside ``[0, E)``
       arrive as zeros (the TMA unit's out-of-bounds fill), which is what ``lean_mask`` reads, so no
       thread writes zeros. Needs ``G`` to divide 32; over ``bias_bulk`` when both are set.
+    - ``bias_box_rows`` (with ``bias_tma``; 0: one token's ``G`` rows a box): each TMA box stages
+      this many rows, the ``G`` heads of ``bias_box_rows / G`` consecutive tokens, all from the
+      first token's ``d0`` (rows :func:`tma_bias_width` wide enough for the later tokens' one more
+      distance each). Below 8 rows a box, the 8 rows one 16-bit bias load of a warp reads span two
+      or more tokens whose same-head rows lie on the same shared-memory banks (a box of ``G`` rows
+      is a whole number of 128-byte lines), and each load takes about 2 wavefronts at ``G`` 4, 4
+      at 2, 8 at 1 (1 at 8 and 16); with 8-row boxes of 136 distances at ``G`` 4 it takes 1.5 (2 at
+      ``G`` 2 and 1), and a producer warp issues 4 boxes instead of ``32 / G``.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -350,7 +363,7 @@ class RelAttnFwdSm90:
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
-                 debug_acc_bias: str = "", debug_no_masks: bool = False):  # fmt: skip
+                 debug_acc_bias: str = "", debug_no_masks: bool = False, bias_box_rows: int = 0):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -377,7 +390,16 @@ class RelAttnFwdSm90:
         if bias_tma:
             if not tma_boxes_fit(config.q_per_kv):
                 raise ValueError(f"bias_tma needs q_per_kv to divide 32 (one token's box within a warp's rows); it is {config.q_per_kv}")
-            self.bias_width = tma_bias_width(config.tile_n, config.q_per_kv)
+            box_rows = max(bias_box_rows, config.q_per_kv)
+            if box_rows % config.q_per_kv or 32 % box_rows:
+                raise ValueError(f"bias_box_rows is {bias_box_rows}; expected 0 or a multiple of q_per_kv "
+                                 f"({config.q_per_kv}) that divides 32 (a box within a warp's rows)")
+            self.bias_width = tma_bias_width(config.tile_n, config.q_per_kv, box_rows=box_rows)
+        elif bias_box_rows:
+            raise ValueError(f"bias_box_rows is {bias_box_rows}; it needs bias_tma (it shapes the TMA boxes)")
+        #: rows and tokens of one bias TMA box (bias_box_rows; else one token's G rows)
+        self.box_rows = max(bias_box_rows, config.q_per_kv)
+        self.box_tokens = self.box_rows // config.q_per_kv
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
@@ -507,9 +529,12 @@ class RelAttnFwdSm90:
         if const_expr(self.bias_tma):
             rel_view = cute.make_tensor(mRel.iterator, cute.select(mRel.layout, mode=[2, 1, 0]))
             box = (self.bias_width, self.group)
-            tma_atom_b, tB_rel = cpasync.make_tiled_tma_atom(
-                cpasync.CopyBulkTensorTileG2SOp(), rel_view, cute.make_layout(box, stride=(1, box[0])), box
-            )
+            box_layout = cute.make_layout(box, stride=(1, box[0]))
+            if const_expr(self.box_tokens > 1):
+                # bias_box_rows: the box's tokens as a third mode, its rows still consecutive
+                box = (self.bias_width, self.group, self.box_tokens)
+                box_layout = cute.make_layout(box, stride=(1, box[0], box[0] * box[1]))
+            tma_atom_b, tB_rel = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), rel_view, box_layout, box)
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
             sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
@@ -879,25 +904,34 @@ class RelAttnFwdSm90:
         the coordinates are warp-uniform, and the DSL's copy elects the issuing lane. Rows past the
         request's tokens get no box (nor bytes)."""
         atom, tRel = tma_b
-        G, W = self.group, self.bias_width
+        G, W, R = self.group, self.bias_width, self.box_rows
         full = pipe.producer_get_barrier(state)
         row = m_block * self.tile_m + tidx
         size = Int32(0)
-        if row % G == 0 and row // G < staged_len:
-            size = Int32(G * W * (self.dtype.width // 8))
+        if row % R == 0 and row // G < staged_len:
+            size = Int32(R * W * (self.dtype.width // 8))
         cute.arch.mbarrier_arrive_and_expect_tx(full, size)
-        box = cute.make_layout((W, G), stride=(1, W))
+        if const_expr(self.box_tokens > 1):
+            box_shape = (W, G, self.box_tokens)
+            box = cute.make_layout(box_shape, stride=(1, W, W * G))
+        else:
+            box_shape = (W, G)
+            box = cute.make_layout(box_shape, stride=(1, W))
+        modes = len(box_shape)
         warp_row0 = cute.arch.make_warp_uniform(cute.arch.warp_idx()) * 32
-        for k in cutlass.range(32 // G, unroll=1):  # a loop, not unrolled: the producer has 32 registers
-            r = warp_row0 + k * G
-            tok = (m_block * self.tile_m + r) // G
+        for k in cutlass.range(32 // R, unroll=1):  # a loop, not unrolled: the producer has 32 registers
+            r = warp_row0 + k * R
+            tok = (m_block * self.tile_m + r) // G  # the box's first token: its slice start is the box's
             if tok < staged_len:
                 gB = cute.domain_offset((self._slice_start(offset + tok, n0), q_head0, q_start + tok), tRel)
-                gBox = cute.local_tile(gB[None, None, 0], (W, G), (0, 0))
+                if const_expr(self.box_tokens > 1):
+                    gBox = cute.local_tile(gB, box_shape, (0, 0, 0))
+                else:
+                    gBox = cute.local_tile(gB[None, None, 0], box_shape, (0, 0))
                 dst = cute.make_ptr(self.dtype, (sB.iterator + r * W).toint(), cute.AddressSpace.smem, assumed_align=128)
                 sBox = cute.make_tensor(dst, box)
                 sX, gX = cpasync.tma_partition(
-                    atom, 0, cute.make_layout(1), cute.group_modes(sBox, 0, 2), cute.group_modes(gBox, 0, 2)
+                    atom, 0, cute.make_layout(1), cute.group_modes(sBox, 0, modes), cute.group_modes(gBox, 0, modes)
                 )
                 cute.copy(atom, gX, sX, tma_bar_ptr=full)
 
@@ -1253,10 +1287,14 @@ class RelAttnFwdSm90:
         for i in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
             qa = row_qabs[i]
             r = tScS_mn[i, 0][0]
+            # the token whose slice start the row's box took (bias_box_rows: the box's first)
+            q_box = qa
+            if const_expr(self.box_tokens > 1):
+                q_box = qa - (r // self.group) % self.box_tokens
             if const_expr(masked and self.lean_mask and not no_bias):
                 # outside the band the row of zeros: nothing was staged for this tile
                 r = cutlass.select_(in_band, r, Int32(self.zero_row))
-            base = qa - n0 - self._slice_start(qa, n0)  # element c's distance qa - n0 - c, from d0
+            base = qa - n0 - self._slice_start(q_box, n0)  # element c's distance qa - n0 - c, from d0
             for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
                 c = tScS_mn[0, j][1]
                 bias = Float32(0.0) if const_expr(no_bias) else sB[r, base - c].to(Float32)
