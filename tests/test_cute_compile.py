@@ -426,7 +426,7 @@ def test_cute_tma_bias_width_box_rows():
 
 
 def test_cute_compile_bias_box_rows():
-    """``bias_box_rows=8`` stages 8-row bias boxes below ``G`` 8 (the bytes each announces) with the
+    """``bias_box_rows=8`` (in ``SCHEDULE`` since this test's commit) stages 8-row bias boxes below ``G`` 8 (the bytes each announces) with the
     band bodies' 16-bit loads unchanged in number, is the build itself at ``G`` 8, and refuses what it cannot serve, by name."""
     from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
 
@@ -441,13 +441,13 @@ def test_cute_compile_bias_box_rows():
         return set(re.findall(r"selp\.b32\s+%r\d+, (\d+), 0,", ptx))
 
     b16 = r"ld\.shared\.[bu]16"
-    build, boxed = ptx_of(4), ptx_of(4, bias_box_rows=8)
+    build, boxed = ptx_of(4, bias_box_rows=0), ptx_of(4)  # one token a box; the build's 8 rows
     assert "1152" in box_bytes(build) and "2176" not in box_bytes(build)  # 4 rows x 144 x 2 bytes
     assert "2176" in box_bytes(boxed) and "1152" not in box_bytes(boxed)  # 8 rows x 136 x 2 bytes
     assert len(re.findall(b16, boxed)) == len(re.findall(b16, build)) >= 128
     assert not re.search(r"\.local\s", boxed), "registers spilled to local memory"
-    assert "2304" in box_bytes(ptx_of(1, bias_box_rows=8))  # 8 rows x 144 x 2 bytes
-    assert ptx_of(8, bias_box_rows=8) == ptx_of(8)
+    assert "2304" in box_bytes(ptx_of(1))  # 8 rows x 144 x 2 bytes
+    assert ptx_of(8, bias_box_rows=0) == ptx_of(8)
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
     for bad in (dict(bias_box_rows=6), dict(bias_box_rows=64), dict(bias_tma=False, bias_box_rows=8)):
         with pytest.raises(ValueError, match="bias_box_rows"):
@@ -468,11 +468,12 @@ def test_cute_bias_tma_needs_group_dividing_32(monkeypatch):
     assert cute_fwd_sm90.schedule(eight)["bias_tma"] is True
 
 
-@pytest.mark.parametrize(("group", "width"), [(8, 136), (4, 144)])
-def test_cute_compile_bias_tma(group, width, tmp_path):
-    """``bias_tma``: a band tile's bias is one 3-D TMA box a token (32 / G a producer warp, at the
-    two staging call sites), the box's bytes in one arrival a token, no bulk copies of rows, the
-    descriptor prefetched with K's and V's, and no spills."""
+@pytest.mark.parametrize(("group", "width", "rows"), [(8, 136, 8), (4, 136, 8)])
+def test_cute_compile_bias_tma(group, width, rows, tmp_path):
+    """``bias_tma``: a band tile's bias is one 3-D TMA box of ``rows`` rows (``bias_box_rows``: a
+    token's G heads, or two tokens' at G 4; 32 / rows a producer warp, at the two staging call
+    sites), the box's bytes in one arrival a box, no bulk copies of rows, the descriptor
+    prefetched with K's and V's, and no spills."""
     from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
@@ -482,8 +483,8 @@ def test_cute_compile_bias_tma(group, width, tmp_path):
     boxes = re.findall(r"cp\.async\.bulk\.tensor\.3d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes", ptx)
     assert len(boxes) == 2  # one a staging site, in a loop of 32 / G boxes
     assert "cp.async.bulk.shared" not in ptx
-    # a token's first row's arrival carries the box's bytes, once at each staging site
-    assert len(re.findall(rf"selp\.b32\s+%r\d+, {group * width * 2}, 0,", ptx)) == 2
+    # a box's first row's arrival carries the box's bytes, once at each staging site
+    assert len(re.findall(rf"selp\.b32\s+%r\d+, {rows * width * 2}, 0,", ptx)) == 2
     assert ptx.count("prefetch.tensormap") == 3
     # the zeros past E are the TMA unit's fill: no generic stores to fence before the next box
     bulk = cute_runtime.compile_with(
@@ -554,13 +555,14 @@ def test_cute_shared_memory_fits_hopper():
     barriers = 1024 + 8 * 2 * (2 * cute_fwd_sm90.STAGES + 1)  # barriers first, then 1024-byte alignment
     assert config.smem_bytes() + barriers <= 227 * 1024
     assert config.num_threads == 384 and config.num_mma_threads == 256
-    # the build at every group size: bias_tma's rows are wider at G < 8 (192 distances at G 1)
+    # the build at every group size: bias_tma's 8-row boxes have wider rows at G 1 and 2 (144)
     for group in (1, 2, 3, 4, 8, 16, 32, 64):
         config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
         kernel = cute_fwd_sm90.RelAttnFwdSm90(config, **cute_fwd_sm90.schedule(config))
         buffer = config.smem_bytes(kernel.bias_width) + (kernel.bias_rows - config.tile_m) * kernel.bias_width * 2
         assert buffer + barriers <= 227 * 1024, (group, kernel.bias_width, buffer)
-        assert kernel.bias_width == (cute_fwd_sm90.tma_bias_width(128, group) if 32 % group == 0 else 136)
+        width = cute_fwd_sm90.tma_bias_width(128, group, box_rows=max(8, group)) if 32 % group == 0 else 136
+        assert kernel.bias_width == width
 
 
 def test_cute_backend_refusals():

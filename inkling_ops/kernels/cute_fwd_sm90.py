@@ -16,7 +16,7 @@ GEMMs (named barriers, ping-pong). The producer issues K of tile ``i + 1`` befor
 This paragraph is the kernel at :class:`RelAttnFwdSm90`'s keyword defaults. :data:`SCHEDULE`,
 what the backend builds, changes it with the options that class's docstring describes: at page
 128 whole K/V tiles by TMA and the bias buffer in per-warpgroup halves, each bias row staged by one
-bulk copy (a token's rows in one TMA box where the group divides 32), a body without masks for
+bulk copy (8 rows, a token's heads or two tokens', in one TMA box where the group divides 32), a body without masks for
 band tiles whose every element is visible (zeros staged past ``E``), masks that test the distance only,
 softmax offsets that move only when passed by more than 8 (log2 units; a warp whose rows all kept
 theirs skips the O rescale), O out through shared memory, and a 32 / 232 register split
@@ -84,7 +84,7 @@ SCHEDULE = dict(
     fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, band_split=True, late_rescale=True,
     smem_epilogue=True, fence_gathered_only=True, bias_per_wg="tile_pages", producer_regs=32, consumer_regs=232,
     bias_bulk=True, kv_len_mask=False, lean_mask=True, rescale_threshold=8.0, stmatrix_epilogue=True,
-    bias_tma=True, bias_only_past_e=True,
+    bias_tma=True, bias_only_past_e=True, bias_box_rows=8,
 )
 
 #: What the compact grid's build changes over :data:`SCHEDULE`: its producer warpgroup keeps the
@@ -853,7 +853,7 @@ class RelAttnFwdSm90:
         ``d0 = (q_abs - n0 - tile_n + 1)`` aligned down to 8: the slice key tile ``n0`` can reach.
         Distances outside ``[0, E)`` are not copied (the softmax never reads them): with
         ``bias_bulk`` one bulk copy of the rest (:meth:`_bulk_bias_row`), else one ``cp.async`` per
-        16-byte chunk inside ``[0, E)``; with ``bias_tma`` one box a token (:meth:`_tma_bias_rows`).
+        16-byte chunk inside ``[0, E)``; with ``bias_tma`` one box of ``box_rows`` rows (:meth:`_tma_bias_rows`).
         ``bias_use``: the tile's index among the walk's band tiles (its place in the bias pipeline)."""
         state = _state(1, bias_use, 0, (bias_use % 2) ^ 1)
         if const_expr(self.bias_per_wg):
@@ -896,15 +896,17 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _tma_bias_rows(self, tma_b, sB, pipe, state, m_block, q_start, staged_len, q_head0, offset, n0, tidx):
-        """``bias_tma``'s staging: per token of the request among the tile's rows, one TMA box of
-        ``G`` heads by ``bias_width`` distances from ``d0`` (as :meth:`_load_bias` computes it, a
-        multiple of 8) into its ``G`` rows of the buffer, zeros outside ``[0, E)``.
+        """``bias_tma``'s staging: per box of ``box_rows`` rows whose first token is the request's,
+        one TMA box of ``G`` heads of ``box_tokens`` tokens by ``bias_width`` distances from the
+        first token's ``d0`` (as :meth:`_load_bias` computes it, a multiple of 8) into its rows of
+        the buffer, zeros outside ``[0, E)``.
 
         Every producer thread arrives once on the bias barrier (the count it expects); the thread of
-        a token's first row adds the box's bytes (``mbarrier.arrive.expect_tx``). Each producer warp
-        then issues the boxes of its 32 rows, ``32 / G`` of them, one after another: the branch and
-        the coordinates are warp-uniform, and the DSL's copy elects the issuing lane. Rows past the
-        request's tokens get no box (nor bytes)."""
+        a box's first row adds the box's bytes (``mbarrier.arrive.expect_tx``). Each producer warp
+        then issues the boxes of its 32 rows, ``32 / box_rows`` of them, one after another: the
+        branch and the coordinates are warp-uniform, and the DSL's copy elects the issuing lane. A
+        box whose first token is past the request's gets none (nor bytes); a box's later tokens past
+        it read other rows of rel_logits (zeros past ``T``) into rows that are never stored."""
         atom, tRel = tma_b
         G, W, R = self.group, self.bias_width, self.box_rows
         full = pipe.producer_get_barrier(state)
@@ -1456,7 +1458,8 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     cu_seqlens_q, rel_logits, softmax_scale: float, window: int, max_seqlen_q: int)``; ``window``:
     keys at distance ``d <= window`` are visible (a huge value, e.g. ``2**30``, for no window).
     ``variant``: keyword arguments of :class:`RelAttnFwdSm90` over :func:`schedule` (schedule
-    experiments; the backend uses :func:`schedule` as it is).
+    experiments; the backend uses :func:`schedule` as it is); one that turns ``bias_tma`` off
+    drops the schedule's ``bias_box_rows`` with it.
     """
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
@@ -1477,7 +1480,10 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     cu = make_fake_tensor(Int32, (sym(),), (1,), assumed_align=4)
     rel = make_fake_tensor(dtype, (tokens, heads, sym(8)), (sym(8, True), sym(8), 1), assumed_align=16)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    kernel = RelAttnFwdSm90(config, **{**schedule(config), **variant})
+    options_ = {**schedule(config), **variant}
+    if not options_.get("bias_tma") and "bias_box_rows" not in variant:
+        options_.pop("bias_box_rows", None)  # a variant without bias_tma has no boxes to shape
+    kernel = RelAttnFwdSm90(config, **options_)
     return cute.compile(
         kernel, q, k, v, o, table, seqlens, cu, rel, Float32(1.0), Int32(-1), Int32(1), stream, options=options
     )

@@ -88,9 +88,9 @@ VARIANTS = {
     "abn_noload": dict(debug_acc_bias="band_noload", debug_skip_bias_copies=True),
     "abn_nomask": dict(debug_acc_bias="band", debug_skip_bias_copies=True, debug_no_masks=True),
     "abn_handoff": dict(debug_acc_bias="band_noload", debug_skip_bias_copies=True, debug_no_masks=True),
-    # 8-row bias boxes below G 8 (two tokens at G 4 from the first one's d0, 136 distances a row):
-    # 1.5 shared-memory wavefronts a 16-bit bias load instead of about 2 (inkling_ops docstring)
-    "box8": dict(bias_box_rows=8),
+    # one token's G rows a bias box (the build before bias_box_rows=8: 144 distances a row at G 4,
+    # about 2 shared-memory wavefronts a 16-bit bias load there against the build's 1.5)
+    "box_token": dict(bias_box_rows=0),
     # the build with the masked tiles' select dropped (timing only): the masks' share in the build,
     # as abn_nomask gives it over acc_band_nostage
     "nomask": dict(debug_no_masks=True),
