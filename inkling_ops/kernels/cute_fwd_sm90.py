@@ -16,9 +16,9 @@ GEMMs (named barriers, ping-pong). The producer issues K of tile ``i + 1`` befor
 This paragraph is the kernel at :class:`RelAttnFwdSm90`'s keyword defaults. :data:`SCHEDULE`,
 what the backend builds, changes it with the options that class's docstring describes: at page
 128 whole K/V tiles by TMA and the bias buffer in per-warpgroup halves, each bias row staged by one
-bulk copy (8 rows, a token's heads or two tokens', in one TMA box where the group divides 32), a body without masks for
-band tiles whose every element is visible (zeros staged past ``E``), masks that test the distance only,
-softmax offsets that move only when passed by more than 8 (log2 units; a warp whose rows all kept
+bulk copy (where the group divides 32, a TMA box of at least 8 rows: one token's heads, or those of
+``8 / G`` tokens), a body without masks for band tiles whose every element is visible (zeros
+staged past ``E``), masks that test the distance only, softmax offsets that move only when passed by more than 8 (log2 units; a warp whose rows all kept
 theirs skips the O rescale), O out through shared memory, and a 32 / 232 register split
 (:func:`schedule`: 40 / 232 on the compact grid).
 
@@ -1480,10 +1480,10 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     cu = make_fake_tensor(Int32, (sym(),), (1,), assumed_align=4)
     rel = make_fake_tensor(dtype, (tokens, heads, sym(8)), (sym(8, True), sym(8), 1), assumed_align=16)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    options_ = {**schedule(config), **variant}
-    if not options_.get("bias_tma") and "bias_box_rows" not in variant:
-        options_.pop("bias_box_rows", None)  # a variant without bias_tma has no boxes to shape
-    kernel = RelAttnFwdSm90(config, **options_)
+    kernel_options = {**schedule(config), **variant}
+    if not kernel_options.get("bias_tma") and "bias_box_rows" not in variant:
+        kernel_options.pop("bias_box_rows", None)  # a variant without bias_tma has no boxes to shape
+    kernel = RelAttnFwdSm90(config, **kernel_options)
     return cute.compile(
         kernel, q, k, v, o, table, seqlens, cu, rel, Float32(1.0), Int32(-1), Int32(1), stream, options=options
     )
