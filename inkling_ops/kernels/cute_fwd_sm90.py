@@ -18,8 +18,8 @@ what the backend builds, changes it with the options that class's docstring desc
 128 whole K/V tiles by TMA and the bias buffer in per-warpgroup halves, each bias row staged by one
 bulk copy (where the group divides 32, a TMA box of at least 8 rows: one token's heads, or those of
 ``8 / G`` tokens), a body without masks for band tiles whose every element is visible (zeros
-staged past ``E``), masks that test the distance only, softmax offsets that move only when passed by more than 8 (log2 units; a warp whose rows all kept
-theirs skips the O rescale), O out through shared memory, and a 32 / 232 register split
+staged past ``E``), masks that test the distance only, softmax offsets that move only when
+passed by more than 8 (log2 units; a warp whose rows all kept theirs skips the O rescale), O out through shared memory, and a 32 / 232 register split
 (:func:`schedule`: 40 / 232 on the compact grid).
 
 Per CTA the key tiles that hold visible keys (causal, and ``d <= window`` for a sliding layer)
