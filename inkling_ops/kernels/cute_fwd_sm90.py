@@ -13,14 +13,14 @@ from shared memory, ``O += P V`` with P straight from registers. Per key tile ``
 issues QK of tile ``i``, then PV of tile ``i - 1``, and runs the softmax of tile ``i`` while that
 PV GEMM is in flight (FA3's intra-warpgroup overlap); the two consumers take turns issuing their
 GEMMs (named barriers, ping-pong). The producer issues K of tile ``i + 1`` before V of tile ``i``.
-This paragraph is the kernel at :class:`RelAttnFwdSm90`'s keyword defaults. :data:`SCHEDULE`,
-what the backend builds, changes it with the options that class's docstring describes: at page
-128 whole K/V tiles by TMA and the bias buffer in per-warpgroup halves, each bias row staged by one
-bulk copy (where the group divides 32, a TMA box of at least 8 rows: one token's heads, or those of
-``8 / G`` tokens), a body without masks for band tiles whose every element is visible (zeros
-staged past ``E``), masks that test the distance only, softmax offsets that move only when
-passed by more than 8 (log2 units; a warp whose rows all kept theirs skips the O rescale), O out through shared memory, and a 32 / 232 register split
-(:func:`schedule`: 40 / 232 on the compact grid).
+This paragraph is the kernel at :class:`RelAttnFwdSm90`'s keyword defaults. :data:`SCHEDULE`, what
+the backend builds, changes it with the options that class's docstring describes: at page 128 whole
+K/V tiles by TMA and the bias buffer in per-warpgroup halves, each bias row staged by one bulk copy
+(where the group divides 32, a TMA box of at least 8 rows: one token's heads, or those of ``8 / G``
+tokens), a body without masks for band tiles whose every element is visible (zeros staged past
+``E``), masks that test the distance only, softmax offsets that move only when passed by more than
+8 (log2 units; a warp whose rows all kept theirs skips the O rescale), O out through shared memory,
+and a 32 / 232 register split (:func:`schedule`: 40 / 232 on the compact grid).
 
 Per CTA the key tiles that hold visible keys (causal, and ``d <= window`` for a sliding layer)
 are computed up front and walked from the diagonal downwards; nothing else is loaded. The key
