@@ -408,6 +408,30 @@ def test_cute_tma_bias_width():
     assert all(g * w * 2 % 128 == 0 and w >= 136 for g, w in widths.items())
 
 
+def test_cute_compile_odd_rows_paired():
+    """``odd_rows_paired`` (G 8): each band body reads its first row's bias one 32-bit word a column
+    pair (its 32 16-bit loads become 16 word loads a thread), keeps the other row's 16-bit loads,
+    spills nothing, and is refused at other group sizes by name."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+
+    def ptx_of(**variant):
+        return cute_runtime.compile_with(
+            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
+        ).ptx
+
+    build, paired = ptx_of(), ptx_of(odd_rows_paired=True)
+    b16, pair = r"ld\.shared\.b16", r"ld\.shared\.v2\.b16"  # ptxas makes the pair one 32-bit LDS
+    # four band bodies (the first tile's and the loop's, masked and not) of 64 loads each
+    assert len(re.findall(b16, build)) == 256 and len(re.findall(b16, paired)) == 128
+    assert len(re.findall(pair, build)) == 0 and len(re.findall(pair, paired)) == 64
+    assert not re.search(r"\.local\s", paired), "registers spilled to local memory"
+    four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
+    with pytest.raises(ValueError, match="odd_rows_paired"):
+        cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True})
+
+
 def test_cute_tma_bias_width_box_rows():
     """With ``bias_box_rows``, a box's later tokens read from its first token's slice start: every
     element any of its rows reads lies inside the row, and the box is whole 128-byte lines."""

@@ -327,6 +327,14 @@ class RelAttnFwdSm90:
       is a whole number of 128-byte lines), and each load takes about 2 wavefronts at ``G`` 4, 4
       at 2, 8 at 1 (1 at 8 and 16); with 8-row boxes of 136 distances at ``G`` 4 it takes 1.5 (2 at
       ``G`` 2 and 1), and a producer warp issues 4 boxes instead of ``32 / G``.
+    - ``odd_rows_paired`` (``G`` 8 only): in each 16 rows of the M tile the token whose ``q_abs``
+      is odd takes the first 8 (the accumulator's rows ``r``, its other token rows ``r + 8``),
+      swapping the two tokens of every pair when the request's ``offset`` is even
+      (:meth:`_token`). A thread's two bias values of a column pair, distances ``d`` and
+      ``d - 1``, are then one aligned 32-bit word in its first row (``d`` odd, the slice start
+      even), read with one load instead of two: 48 shared loads a band tile a thread instead of
+      64, a quarter fewer bias wavefronts. Q's gather, O's store, the rows' ``q_abs`` and the
+      bias boxes all take the swapped order.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -365,7 +373,8 @@ class RelAttnFwdSm90:
                  fresh_scores: bool = False, page_reuse: bool = False, tma_kv: bool = False,
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
-                 debug_acc_bias: str = "", debug_no_masks: bool = False, bias_box_rows: int = 0):  # fmt: skip
+                 debug_acc_bias: str = "", debug_no_masks: bool = False, bias_box_rows: int = 0,
+                 odd_rows_paired: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -402,6 +411,10 @@ class RelAttnFwdSm90:
         #: rows and tokens of one bias TMA box (bias_box_rows; else one token's G rows)
         self.box_rows = max(bias_box_rows, config.q_per_kv)
         self.box_tokens = self.box_rows // config.q_per_kv
+        if odd_rows_paired and config.q_per_kv != 8:
+            raise ValueError(f"odd_rows_paired needs q_per_kv 8 (a token's rows fill a warp's 8 rows of one "
+                             f"accumulator half); it is {config.q_per_kv}")
+        self.odd_rows_paired = odd_rows_paired
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
@@ -869,7 +882,7 @@ class RelAttnFwdSm90:
         for rr in cutlass.range_constexpr(self.tile_m // PRODUCER_THREADS):
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
-            tok = row // self.group
+            tok = self._token(row, offset)
             d0 = self._slice_start(offset + tok, n0)
             if const_expr(self.bias_bulk):
                 self._bulk_bias_row(mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent)
@@ -912,7 +925,7 @@ class RelAttnFwdSm90:
         full = pipe.producer_get_barrier(state)
         row = m_block * self.tile_m + tidx
         size = Int32(0)
-        if row % R == 0 and row // G < staged_len:
+        if row % R == 0 and self._token(row, offset) < staged_len:
             size = Int32(R * W * (self.dtype.width // 8))
         cute.arch.mbarrier_arrive_and_expect_tx(full, size)
         if const_expr(self.box_tokens > 1):
@@ -925,7 +938,7 @@ class RelAttnFwdSm90:
         warp_row0 = cute.arch.make_warp_uniform(cute.arch.warp_idx()) * 32
         for k in cutlass.range(32 // R, unroll=1):  # a loop, not unrolled: the producer has 32 registers
             r = warp_row0 + k * R
-            tok = (m_block * self.tile_m + r) // G  # the box's first token: its slice start is the box's
+            tok = self._token(m_block * self.tile_m + r, offset)  # the box's first token: its slice start is the box's
             if tok < staged_len:
                 gB = cute.domain_offset((self._slice_start(offset + tok, n0), q_head0, q_start + tok), tRel)
                 if const_expr(self.box_tokens > 1):
@@ -993,7 +1006,7 @@ class RelAttnFwdSm90:
         tQcQ = thr_copy.partition_S(cQ)
         tQsQ = thr_copy.partition_D(sQ)
         for m in cutlass.range_constexpr(cute.size(tQsQ, mode=[1])):
-            tok, address = self._chunk_at(mQ, tQcQ, m, m_block, q_start, q_head0)
+            tok, address = self._chunk_at(mQ, tQcQ, m, m_block, q_start, q_head0, offset)
             dst = tQsQ[None, m, 0]
             if tok < q_len:
                 cute.copy(copy_atom, self._gmem_at(mQ, address, dst), dst)
@@ -1030,7 +1043,7 @@ class RelAttnFwdSm90:
         # q_abs of each of this thread's rows
         row_qabs = cute.make_rmem_tensor(num_rows, Int32)
         for i in cutlass.range_constexpr(num_rows):
-            row_qabs[i] = offset + (m_block * tile_m + tScS_mn[i, 0][0]) // G
+            row_qabs[i] = offset + self._token(m_block * tile_m + tScS_mn[i, 0][0], offset)
 
         if n_tiles > 0:
             if const_expr(self.pingpong):
@@ -1107,7 +1120,7 @@ class RelAttnFwdSm90:
                     sQ[tOcO_mn[i, 0][0], tOcO_mn[0, j][1]] = (acc_O_mn[i, j] * inv).to(self.dtype)
             else:
                 row = m_block * tile_m + tOcO_mn[i, 0][0]
-                tok = row // G
+                tok = self._token(row, offset)
                 if tok < q_len:
                     out_row = mO[q_start + tok, q_head0 + row % G, None]
                     for j in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
@@ -1123,7 +1136,7 @@ class RelAttnFwdSm90:
             # both warpgroups' rows written: each thread stores the 16-byte chunks it loaded Q into
             cute.arch.barrier(barrier_id=BAR_Q, number_of_threads=self.num_mma_threads)
             for m in cutlass.range_constexpr(cute.size(tQsQ, mode=[1])):
-                tok, address = self._chunk_at(mO, tQcQ, m, m_block, q_start, q_head0)
+                tok, address = self._chunk_at(mO, tQcQ, m, m_block, q_start, q_head0, offset)
                 if tok < q_len:
                     o_chunk = cute.make_rmem_tensor_like(tQsQ[None, m, 0])
                     cute.autovec_copy(tQsQ[None, m, 0], o_chunk)
@@ -1299,9 +1312,24 @@ class RelAttnFwdSm90:
                 # outside the band the row of zeros: nothing was staged for this tile
                 r = cutlass.select_(in_band, r, Int32(self.zero_row))
             base = qa - n0 - self._slice_start(q_box, n0)  # element c's distance qa - n0 - c, from d0
-            for j in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
+            cols = cute.size(tScS_mn, mode=[1])
+            paired = self.odd_rows_paired and i == 0 and not no_bias
+            if const_expr(paired):
+                # odd_rows_paired: q_abs is odd, so base is odd and the elements of columns c and
+                # c + 1 (c even: base - c and the one below it) are one aligned 32-bit word
+                words = cute.make_rmem_tensor((2, cols // 2), self.dtype)
+                for jj in cutlass.range_constexpr(cols // 2):
+                    lo = r * self.bias_width + base - tScS_mn[0, 2 * jj][1] - 1
+                    ptr = cute.make_ptr(self.dtype, (sB.iterator + lo).toint(), cute.AddressSpace.smem, assumed_align=4)
+                    cute.autovec_copy(cute.make_tensor(ptr, cute.make_layout(2)), words[None, jj])
+            for j in cutlass.range_constexpr(cols):
                 c = tScS_mn[0, j][1]
-                bias = Float32(0.0) if const_expr(no_bias) else sB[r, base - c].to(Float32)
+                if const_expr(no_bias):
+                    bias = Float32(0.0)
+                elif const_expr(paired):
+                    bias = words[1 - j % 2, j // 2].to(Float32)  # column c: the word's upper half
+                else:
+                    bias = sB[r, base - c].to(Float32)
                 if const_expr(log2_units):
                     bias = bias * LOG2_E
                 if const_expr(masked):
@@ -1358,13 +1386,24 @@ class RelAttnFwdSm90:
         return cute.make_tensor(ptr, like.layout)
 
     @cute.jit
-    def _chunk_at(self, mX: cute.Tensor, tQcQ, m: cutlass.Constexpr, m_block, q_start, q_head0):
+    def _token(self, row, offset):
+        """The request's token of packed row ``row`` (counted from the request's first): ``row // G``,
+        with ``odd_rows_paired`` the two tokens of each pair swapped when ``offset`` is even (the
+        M tile starts at an even token, 16 a tile at ``G`` 8), so the first of each 16 rows has
+        an odd ``q_abs = offset + token``."""
+        tok = row // self.group
+        if const_expr(self.odd_rows_paired):
+            tok = tok ^ ((offset + 1) & 1)
+        return tok
+
+    @cute.jit
+    def _chunk_at(self, mX: cute.Tensor, tQcQ, m: cutlass.Constexpr, m_block, q_start, q_head0, offset):
         """``(token, byte address)`` of this thread's ``m``-th 16-byte chunk of the (tokens, heads,
         head_dim) tensor ``mX`` (Q's gather, O's store; ``tQcQ``: the chunks' tile coordinates).
         The address is computed whether or not the token is the request's; only the caller's
         access is guarded by ``token < q_len``."""
         row = m_block * self.tile_m + tQcQ[0, m, 0][0]
-        tok = row // self.group
+        tok = self._token(row, offset)
         address = (mX.iterator + cute.crd2idx((q_start + tok, q_head0 + row % self.group, tQcQ[0, m, 0][1]),
                                               mX.layout)).toint()  # fmt: skip
         return tok, address
