@@ -98,11 +98,13 @@ def schedule(config: "CuteFwdConfig") -> dict:
     """The schedule options the backend builds ``config`` with: :data:`SCHEDULE`, and over it
     :data:`COMPACT_GRID_SCHEDULE` on the compact grid; ``bias_tma`` only where ``q_per_kv``
     divides 32 (elsewhere ``bias_bulk`` stages the same values, and ``bias_box_rows`` goes with
-    ``bias_tma``). Pure."""
+    ``bias_tma``); ``odd_rows_paired`` only at ``q_per_kv`` 8. Pure."""
     options = {**SCHEDULE, **COMPACT_GRID_SCHEDULE} if config.compact_grid else dict(SCHEDULE)
     if options.get("bias_tma") and not tma_boxes_fit(config.q_per_kv):
         options["bias_tma"] = False
         options.pop("bias_box_rows", None)  # a shape of the TMA boxes, which are then off
+    if config.q_per_kv != 8:
+        options.pop("odd_rows_paired", None)  # a row order for G 8 alone
     return options
 
 
