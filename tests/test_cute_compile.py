@@ -421,7 +421,7 @@ def test_cute_compile_odd_rows_paired():
             lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
         ).ptx
 
-    build, paired = ptx_of(), ptx_of(odd_rows_paired=True)
+    build, paired = ptx_of(odd_rows_paired=False), ptx_of()  # in SCHEDULE since this test's commit
     b16, pair = r"ld\.shared\.b16", r"ld\.shared\.v2\.b16"  # ptxas makes the pair one 32-bit LDS
     # four band bodies (the first tile's and the loop's, masked and not) of 64 loads each
     assert len(re.findall(b16, build)) == 256 and len(re.findall(b16, paired)) == 128
@@ -430,6 +430,7 @@ def test_cute_compile_odd_rows_paired():
     four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
     with pytest.raises(ValueError, match="odd_rows_paired"):
         cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True})
+    assert "odd_rows_paired" not in cute_fwd_sm90.schedule(four)
 
 
 def test_cute_tma_bias_width_box_rows():

@@ -84,7 +84,7 @@ SCHEDULE = dict(
     fresh_scores=True, page_reuse=True, release_per_warp=True, tma_kv=True, band_split=True, late_rescale=True,
     smem_epilogue=True, fence_gathered_only=True, bias_per_wg="tile_pages", producer_regs=32, consumer_regs=232,
     bias_bulk=True, kv_len_mask=False, lean_mask=True, rescale_threshold=8.0, stmatrix_epilogue=True,
-    bias_tma=True, bias_only_past_e=True, bias_box_rows=8,
+    bias_tma=True, bias_only_past_e=True, bias_box_rows=8, odd_rows_paired=True,
 )
 
 #: What the compact grid's build changes over :data:`SCHEDULE`: its producer warpgroup keeps the

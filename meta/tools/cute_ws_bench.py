@@ -91,9 +91,9 @@ VARIANTS = {
     # one token's G rows a bias box (the build before bias_box_rows=8: 144 distances a row at G 4,
     # about 2 shared-memory wavefronts a 16-bit bias load there against the build's 1.5)
     "box_token": dict(bias_box_rows=0),
-    # G 8: the odd-q_abs token of each row pair in the accumulator's first 8 rows, whose bias
-    # then comes one 32-bit word a column pair (48 shared loads a band tile a thread, not 64)
-    "paired": dict(odd_rows_paired=True),
+    # G 8 without odd_rows_paired (the build before a2c221e's adoption: 64 16-bit bias loads a
+    # band tile a thread, not 16 32-bit ones and 32 16-bit ones)
+    "unpaired": dict(odd_rows_paired=False),
     # the build with the masked tiles' select dropped (timing only): the masks' share in the build,
     # as abn_nomask gives it over acc_band_nostage
     "nomask": dict(debug_no_masks=True),
