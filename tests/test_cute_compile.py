@@ -408,10 +408,11 @@ def test_cute_tma_bias_width():
     assert all(g * w * 2 % 128 == 0 and w >= 136 for g, w in widths.items())
 
 
-def test_cute_compile_odd_rows_paired():
-    """``odd_rows_paired`` (G 8): each band body reads its first row's bias one 32-bit word a column
-    pair (its 32 16-bit loads become 16 word loads a thread), keeps the other row's 16-bit loads,
-    spills nothing, and is refused at other group sizes by name."""
+def test_cute_compile_odd_rows_paired(tmp_path):
+    """``odd_rows_paired`` (G 8, in ``SCHEDULE`` since b33d5ba): each band body reads its first
+    row's bias one 32-bit word a column pair (its 32 16-bit loads become 16 word loads a thread),
+    keeps the other row's 16-bit loads, spills nothing (ptxas), and is refused by name at other
+    group sizes and with boxes of more than one token."""
     from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
@@ -421,38 +422,48 @@ def test_cute_compile_odd_rows_paired():
             lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
         ).ptx
 
-    build, paired = ptx_of(odd_rows_paired=False), ptx_of()  # in SCHEDULE since this test's commit
+    unpaired, paired = ptx_of(odd_rows_paired=False), ptx_of()
     b16, pair = r"ld\.shared\.b16", r"ld\.shared\.v2\.b16"  # ptxas makes the pair one 32-bit LDS
     # four band bodies (the first tile's and the loop's, masked and not) of 64 loads each
-    assert len(re.findall(b16, build)) == 256 and len(re.findall(b16, paired)) == 128
-    assert len(re.findall(pair, build)) == 0 and len(re.findall(pair, paired)) == 64
-    assert not re.search(r"\.local\s", paired), "registers spilled to local memory"
+    assert len(re.findall(b16, unpaired)) == 256 and len(re.findall(b16, paired)) == 128
+    assert len(re.findall(pair, unpaired)) == 0 and len(re.findall(pair, paired)) == 64
+    spills = _ptxas_spills(paired, tmp_path)
+    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
     four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
-    with pytest.raises(ValueError, match="odd_rows_paired"):
+    with pytest.raises(ValueError, match="odd_rows_paired needs q_per_kv 8"):
         cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True})
     assert "odd_rows_paired" not in cute_fwd_sm90.schedule(four)
+    with pytest.raises(ValueError, match="odd_rows_paired needs one token a bias box"):
+        cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "bias_box_rows": 16})
 
 
 def test_cute_tma_bias_width_box_rows():
     """With ``bias_box_rows``, a box's later tokens read from its first token's slice start: every
     element any of its rows reads lies inside the row, and the box is whole 128-byte lines."""
-    from inkling_ops.kernels.cute_fwd_sm90 import CHUNK, tma_bias_width
+    from inkling_ops.kernels import cute_fwd_sm90
+    from inkling_ops.kernels.cute_fwd_sm90 import tma_bias_width
 
     tile_n = 128
     for group in (1, 2, 4, 8, 16):
         rows = max(8, group)
         width = tma_bias_width(tile_n, group, box_rows=rows)
         assert rows * width * 2 % 128 == 0
+        config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
+        kernel = cute_fwd_sm90.RelAttnFwdSm90(config, **cute_fwd_sm90.schedule(config))
+        assert kernel.bias_width == width
         for q_first in range(tile_n, tile_n + 16):  # every start rounding, n0 = 0
-            d0 = (q_first - tile_n + 1) & ~(CHUNK - 1)
+            d0 = kernel._slice_start(q_first, 0)  # the kernel's own formula, producer and consumers
             reads = [q_first + t - c - d0 for t in range(rows // group) for c in range(tile_n)]
             assert 0 <= min(reads) and max(reads) < width, (group, width, q_first)
     assert {g: tma_bias_width(128, g, box_rows=8) for g in (1, 2, 4, 8)} == {1: 144, 2: 144, 4: 136, 8: 136}
+    with pytest.raises(ValueError, match="box_rows is 6"):
+        tma_bias_width(128, 4, box_rows=6)
 
 
-def test_cute_compile_bias_box_rows():
-    """``bias_box_rows=8`` (in ``SCHEDULE`` since this test's commit) stages 8-row bias boxes below ``G`` 8 (the bytes each announces) with the
-    band bodies' 16-bit loads unchanged in number, is the build itself at ``G`` 8, and refuses what it cannot serve, by name."""
+def test_cute_compile_bias_box_rows(tmp_path):
+    """``bias_box_rows=8`` (in ``SCHEDULE`` since 70f3e1b) stages 8-row bias boxes below ``G`` 8
+    (the bytes each announces) with the band bodies' 16-bit loads unchanged in number and no
+    spills (ptxas), is the build itself at ``G`` 8, and refuses what it cannot serve, by name."""
     from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
 
     def ptx_of(group, **variant):
@@ -466,17 +477,22 @@ def test_cute_compile_bias_box_rows():
         return set(re.findall(r"selp\.b32\s+%r\d+, (\d+), 0,", ptx))
 
     b16 = r"ld\.shared\.[bu]16"
-    build, boxed = ptx_of(4, bias_box_rows=0), ptx_of(4)  # one token a box; the build's 8 rows
-    assert "1152" in box_bytes(build) and "2176" not in box_bytes(build)  # 4 rows x 144 x 2 bytes
+    one_token_boxes, boxed = ptx_of(4, bias_box_rows=0), ptx_of(4)  # the build: 8 rows a box
+    assert "1152" in box_bytes(one_token_boxes) and "2176" not in box_bytes(one_token_boxes)  # 4 x 144 x 2
     assert "2176" in box_bytes(boxed) and "1152" not in box_bytes(boxed)  # 8 rows x 136 x 2 bytes
-    assert len(re.findall(b16, boxed)) == len(re.findall(b16, build)) >= 128
-    assert not re.search(r"\.local\s", boxed), "registers spilled to local memory"
+    assert len(re.findall(b16, boxed)) == len(re.findall(b16, one_token_boxes)) >= 128
+    spills = _ptxas_spills(boxed, tmp_path)
+    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
     assert "2304" in box_bytes(ptx_of(1))  # 8 rows x 144 x 2 bytes
     assert ptx_of(8, bias_box_rows=0) == ptx_of(8)
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
-    for bad in (dict(bias_box_rows=6), dict(bias_box_rows=64), dict(bias_tma=False, bias_box_rows=8)):
-        with pytest.raises(ValueError, match="bias_box_rows"):
+    for bad in (dict(bias_box_rows=6), dict(bias_box_rows=64), dict(bias_box_rows=-8),
+                dict(bias_tma=False, bias_box_rows=8)):
+        with pytest.raises(ValueError, match="bias_box_rows is"):
             cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, **bad})
+    for bad in (True, 8.0):
+        with pytest.raises(TypeError, match="bias_box_rows is"):
+            cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "bias_box_rows": bad})
 
 
 def test_cute_bias_tma_needs_group_dividing_32(monkeypatch):
@@ -506,7 +522,7 @@ def test_cute_compile_bias_tma(group, width, rows, tmp_path):
         lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_tma=True), arch="sm_90a", ptx=True
     ).ptx
     boxes = re.findall(r"cp\.async\.bulk\.tensor\.3d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes", ptx)
-    assert len(boxes) == 2  # one a staging site, in a loop of 32 / G boxes
+    assert len(boxes) == 2  # one a staging site, in a loop of 32 / rows boxes
     assert "cp.async.bulk.shared" not in ptx
     # a box's first row's arrival carries the box's bytes, once at each staging site
     assert len(re.findall(rf"selp\.b32\s+%r\d+, {rows * width * 2}, 0,", ptx)) == 2

@@ -2,7 +2,9 @@
 
 One CTA computes one M tile of packed query rows of one request and one KV head: the
 ``q_per_kv`` query heads that read that KV head are packed into the tile (packed row
-``r = token * q_per_kv + head_in_group``), so K and V tiles are loaded once for all of them.
+``r = token * q_per_kv + head_in_group``; with :data:`SCHEDULE` at ``q_per_kv`` 8 the two tokens of
+each pair swapped when the request's offset is even, ``odd_rows_paired``), so K and V tiles are
+loaded once for all of them.
 
 The CTA is warp-specialised (384 threads). Warpgroup 0 is the producer (``setmaxnreg`` down to
 24 registers): it gathers K and V through the block table with ``cp.async`` into two shared-memory
@@ -168,6 +170,8 @@ def tma_bias_width(tile_n: int, group: int, elem_bytes: int = 2, box_rows: int =
     consecutive tokens from the first one's start, whose later tokens reach up to one distance
     further each (136 at group 4 with 8 rows, 144 at 2 or 1). Pure."""
     rows = box_rows or group
+    if rows % group:
+        raise ValueError(f"box_rows is {box_rows}; expected 0 or a multiple of group ({group})")
     tokens = rows // group
     # the largest element read: (tile_n - 1) + 7 of the start's rounding + (tokens - 1)
     width = -(-(tile_n + CHUNK - 1 + tokens - 1) // CHUNK) * CHUNK
@@ -322,12 +326,12 @@ class RelAttnFwdSm90:
       arrive as zeros (the TMA unit's out-of-bounds fill), which is what ``lean_mask`` reads, so no
       thread writes zeros. Needs ``G`` to divide 32; over ``bias_bulk`` when both are set.
     - ``bias_box_rows`` (with ``bias_tma``; 0: one token's ``G`` rows a box): each TMA box stages
-      this many rows, the ``G`` heads of ``bias_box_rows / G`` consecutive tokens, all from the
-      first token's ``d0`` (rows :func:`tma_bias_width` wide enough for the later tokens' one more
+      ``max(bias_box_rows, G)`` rows, the ``G`` heads of that many over ``G`` consecutive tokens,
+      all from the first token's ``d0`` (rows :func:`tma_bias_width` wide enough for the later tokens' one more
       distance each). Below 8 rows a box, the 8 rows one 16-bit bias load of a warp reads span two
       or more tokens whose same-head rows lie on the same shared-memory banks (a box of ``G`` rows
-      is a whole number of 128-byte lines), and each load takes about 2 wavefronts at ``G`` 4, 4
-      at 2, 8 at 1 (1 at 8 and 16); with 8-row boxes of 136 distances at ``G`` 4 it takes 1.5 (2 at
+      is a whole number of 128-byte lines), and each load takes 1.9 wavefronts at ``G`` 4, 3.8
+      at 2, 7.5 at 1 (1 at 8 and 16; ``meta/tools/bias_banks.py``); with 8-row boxes of 136 distances at ``G`` 4 it takes 1.5 (2 at
       ``G`` 2 and 1), and a producer warp issues 4 boxes instead of ``32 / G``.
     - ``odd_rows_paired`` (``G`` 8 only): in each 16 rows of the M tile the token whose ``q_abs``
       is odd takes the first 8 (the accumulator's rows ``r``, its other token rows ``r + 8``),
@@ -403,19 +407,26 @@ class RelAttnFwdSm90:
         if bias_tma:
             if not tma_boxes_fit(config.q_per_kv):
                 raise ValueError(f"bias_tma needs q_per_kv to divide 32 (one token's box within a warp's rows); it is {config.q_per_kv}")
-            box_rows = max(bias_box_rows, config.q_per_kv)
-            if box_rows % config.q_per_kv or 32 % box_rows:
-                raise ValueError(f"bias_box_rows is {bias_box_rows}; expected 0 or a multiple of q_per_kv "
-                                 f"({config.q_per_kv}) that divides 32 (a box within a warp's rows)")
-            self.bias_width = tma_bias_width(config.tile_n, config.q_per_kv, box_rows=box_rows)
-        elif bias_box_rows:
-            raise ValueError(f"bias_box_rows is {bias_box_rows}; it needs bias_tma (it shapes the TMA boxes)")
-        #: rows and tokens of one bias TMA box (bias_box_rows; else one token's G rows)
+        if isinstance(bias_box_rows, bool) or not isinstance(bias_box_rows, int):
+            raise TypeError(f"bias_box_rows is {bias_box_rows!r}; expected an int (0: one token's rows a box)")
+        #: rows and tokens of one bias TMA box: max(bias_box_rows, G) rows (one token's G rows when larger)
         self.box_rows = max(bias_box_rows, config.q_per_kv)
         self.box_tokens = self.box_rows // config.q_per_kv
+        if bias_box_rows < 0 or (bias_box_rows and (self.box_rows % config.q_per_kv or 32 % self.box_rows)):
+            raise ValueError(f"bias_box_rows is {bias_box_rows}; expected 0 or a multiple of q_per_kv "
+                             f"({config.q_per_kv}) that divides 32 (a box within a warp's rows)")
+        if bias_tma:
+            if not tma_boxes_fit(config.q_per_kv):
+                raise ValueError(f"bias_tma needs q_per_kv to divide 32 (one token's box within a warp's rows); it is {config.q_per_kv}")
+            self.bias_width = tma_bias_width(config.tile_n, config.q_per_kv, box_rows=self.box_rows)
+        elif bias_box_rows:
+            raise ValueError(f"bias_box_rows is {bias_box_rows}; it needs bias_tma (it shapes the TMA boxes)")
         if odd_rows_paired and config.q_per_kv != 8:
             raise ValueError(f"odd_rows_paired needs q_per_kv 8 (a token's rows fill a warp's 8 rows of one "
                              f"accumulator half); it is {config.q_per_kv}")
+        if odd_rows_paired and self.box_tokens > 1:
+            raise ValueError(f"odd_rows_paired needs one token a bias box; bias_box_rows is {bias_box_rows} "
+                             f"({self.box_tokens} tokens at q_per_kv {config.q_per_kv})")
         self.odd_rows_paired = odd_rows_paired
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
@@ -651,6 +662,7 @@ class RelAttnFwdSm90:
 
             # -------- tile ranges (uniform over the CTA) --------
             offset = kv_len - q_len  # q_abs = offset + token
+            # (odd_rows_paired swaps tokens within pairs that never cross an M tile: same range)
             tok_lo = m_block * tile_m // G
             tok_hi = cutlass.min((m_block * tile_m + tile_m - 1) // G, q_len - 1)
             qa_lo = offset + tok_lo

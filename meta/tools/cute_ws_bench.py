@@ -253,15 +253,19 @@ def probe(variant) -> bool:
     sys.path.insert(0, os.path.join(os.getcwd(), "meta", "tools"))
     from cute_gpu_check import CHECKS
 
-    ok = True
+    ok, checked = True, 0
     for name, kw in CHECKS:
         case = _case(kw)
         n = sum(case.q_lens)
         try:
             fn, _, window = _variant_fn(variant, case)
-        except ValueError as e:  # an option the kernel refuses at this case's group (named in e)
+        except ValueError as e:
+            # the kernel refusing one of the variant's own options at this case's group: skipped
+            if not any(key in str(e) for key in VARIANTS[variant]):
+                raise
             print(json.dumps(dict(probe=variant, case=name, refused=str(e))), flush=True)
             continue
+        checked += 1
         out = torch.full_like(case.q, 7.0)
         fn(case.q, case.key_cache, case.value_cache, out, case.block_table, case.cache_seqlens, case.cu_seqlens_q,
            case.rel_logits, case.softmax_scale, window, case.max_seqlen_q)  # fmt: skip
@@ -271,7 +275,8 @@ def probe(variant) -> bool:
         row["tail_untouched"] = bool(torch.all(out[n:] == 7.0))
         ok = ok and row[f"{variant}_ok"] and row["tail_untouched"]
         print(json.dumps(row), flush=True)
-    print(json.dumps({f"probe_{variant}": ok}), flush=True)
+    ok = ok and checked > 0
+    print(json.dumps({f"probe_{variant}": ok, "cases_checked": checked}), flush=True)
     return ok
 
 
