@@ -52,6 +52,16 @@ def _compile_ptx(problem: RelAttnProblem) -> str:
     return compiled.ptx
 
 
+def _variant_ptx(config, **variant) -> str:
+    """The PTX of ``config``'s kernel for ``sm_90a`` with ``variant`` over the backend's schedule
+    (``cute_fwd_sm90.compile_fwd``'s keywords)."""
+    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+
+    return cute_runtime.compile_with(
+        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
+    ).ptx
+
+
 def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = None, compact_grid: bool = False,
                       stmatrix: bool | None = None, bias_tma: bool | None = None) -> None:  # fmt: skip
     """What every build of the kernel holds. ``bias_bulk``: whether the bias rows are bulk copies;
@@ -118,12 +128,10 @@ def test_cute_compile_head_dim_64():
     page lookup over the 8 lanes that copy its column chunks (shuffle width 8, against 16 at
     head_dim 128), 8 rows a thread at 3 sites; one TMA box a page (64 columns fill the 128-byte
     swizzle); no spills."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+    from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=64, q_per_kv=8)
-    ptx = cute_runtime.compile_with(
-        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags), arch="sm_90a", ptx=True
-    ).ptx
+    ptx = _variant_ptx(config)
     assert ".target sm_90a" in ptx
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) >= 2 * 4
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32", ptx)) >= 2 * 8
@@ -185,14 +193,12 @@ def test_cute_compile_lean_mask_option():
     """``lean_mask`` (in SCHEDULE since 2026-12-02): the build compiles without spills, the
     producer's zeros past E are ordered before the next bulk copy by a proxy fence that the kernel
     without the option does not have, and the masked tiles keep one visibility select a score."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+    from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
 
     def ptx_of(**variant):
-        return cute_runtime.compile_with(
-            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
-        ).ptx
+        return _variant_ptx(config, **variant)
 
     # with bias_bulk's staging (bias_tma's zeros are the TMA unit's fill: no stores, no fence)
     lean = ptx_of(bias_tma=False, bias_only_past_e=False)
@@ -210,13 +216,11 @@ def test_cute_compile_rescale_threshold_option():
     """``rescale_threshold`` (in SCHEDULE since 30b99b8's A/B): without it no warp votes and no
     row compares its maximum's growth with a threshold (the build's checks are in
     :func:`_check_hopper_ptx`); out-of-range thresholds are refused by name."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+    from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
     assert cute_fwd_sm90.SCHEDULE["rescale_threshold"] > 0
-    exact = cute_runtime.compile_with(
-        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, rescale_threshold=0.0), arch="sm_90a", ptx=True
-    ).ptx
+    exact = _variant_ptx(config, rescale_threshold=0.0)
     assert not re.findall(_VOTE, exact) and _threshold_literal(cute_fwd_sm90.SCHEDULE["rescale_threshold"]) not in exact
     for bad in (-1.0, 17.0):
         with pytest.raises(ValueError, match="rescale_threshold"):
@@ -228,15 +232,13 @@ def test_cute_compile_bias_only_past_e_option():
     bias-only range's lower bound no longer takes ``min(E - 1, window)``), the band bodies are the
     same code, and a build without ``band_split`` or ``lean_mask`` (whose staged zeros past E it
     reads) is refused by name."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+    from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
     assert cute_fwd_sm90.SCHEDULE["bias_only_past_e"]
 
     def ptx_of(**variant):
-        return cute_runtime.compile_with(
-            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
-        ).ptx
+        return _variant_ptx(config, **variant)
 
     past_e, masked = ptx_of(), ptx_of(bias_only_past_e=False)
     assert len(re.findall(r"min\.s32", masked)) == len(re.findall(r"min\.s32", past_e)) + 1
@@ -253,15 +255,13 @@ def test_cute_compile_timing_probes():
     the walk's first tile and the loop) and drops every 16-bit bias load; ``"band_noload"`` keeps
     only the waits; ``debug_no_masks`` drops the masked tiles' selects. Bad values are refused by
     name."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+    from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
     assert not any(k.startswith("debug_") for k in cute_fwd_sm90.SCHEDULE)
 
     def ptx_of(**variant):
-        return cute_runtime.compile_with(
-            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
-        ).ptx
+        return _variant_ptx(config, **variant)
 
     def count(pattern, ptx):
         return len(re.findall(pattern, ptx))
@@ -374,14 +374,12 @@ def test_cute_compile_bias_bulk(tmp_path):
     band tile's bias rows are bulk copies (one a row, at the two staging call sites: the first tile
     and the loop's), each thread arrives on the bias barrier with its row's bytes, the kernel has
     no spills, and the bias's 16-byte ``cp.async`` are gone (34 fewer sites)."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+    from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
 
     def ptx(**variant):
-        return cute_runtime.compile_with(
-            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
-        ).ptx
+        return _variant_ptx(config, **variant)
 
     # lean_mask (in SCHEDULE) needs bias_bulk, so both sides build without it
     # (and bias_tma, which would stage instead of either)
@@ -413,14 +411,12 @@ def test_cute_compile_odd_rows_paired(tmp_path):
     row's bias one 32-bit word a column pair (its 32 16-bit loads become 16 word loads a thread),
     keeps the other row's 16-bit loads, spills nothing (ptxas), and is refused by name at other
     group sizes and with boxes of more than one token."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+    from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
 
     def ptx_of(**variant):
-        return cute_runtime.compile_with(
-            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
-        ).ptx
+        return _variant_ptx(config, **variant)
 
     unpaired, paired = ptx_of(odd_rows_paired=False), ptx_of()
     b16, pair = r"ld\.shared\.b16", r"ld\.shared\.v2\.b16"  # ptxas makes the pair one 32-bit LDS
@@ -464,13 +460,10 @@ def test_cute_compile_bias_box_rows(tmp_path):
     """``bias_box_rows=8`` (in ``SCHEDULE`` since 70f3e1b) stages 8-row bias boxes below ``G`` 8
     (the bytes each announces) with the band bodies' 16-bit loads unchanged in number and no
     spills (ptxas), is the build itself at ``G`` 8, and refuses what it cannot serve, by name."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+    from inkling_ops.kernels import cute_fwd_sm90
 
     def ptx_of(group, **variant):
-        config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
-        return cute_runtime.compile_with(
-            lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
-        ).ptx
+        return _variant_ptx(cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group), **variant)
 
     def box_bytes(ptx):
         # the transaction bytes a box's first row announces: selp.b32 %r, BYTES, 0, %p
@@ -515,12 +508,10 @@ def test_cute_compile_bias_tma(group, width, rows, tmp_path):
     token's G heads, or two tokens' at G 4; 32 / rows a producer warp, at the two staging call
     sites), the box's bytes in one arrival a box, no bulk copies of rows, the descriptor
     prefetched with K's and V's, and no spills."""
-    from inkling_ops.kernels import cute_fwd_sm90, cute_runtime
+    from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
-    ptx = cute_runtime.compile_with(
-        lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, bias_tma=True), arch="sm_90a", ptx=True
-    ).ptx
+    ptx = _variant_ptx(config, bias_tma=True)
     boxes = re.findall(r"cp\.async\.bulk\.tensor\.3d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes", ptx)
     assert len(boxes) == 2  # one a staging site, in a loop of 32 / rows boxes
     assert "cp.async.bulk.shared" not in ptx
@@ -528,13 +519,7 @@ def test_cute_compile_bias_tma(group, width, rows, tmp_path):
     assert len(re.findall(rf"selp\.b32\s+%r\d+, {rows * width * 2}, 0,", ptx)) == 2
     assert ptx.count("prefetch.tensormap") == 3
     # the zeros past E are the TMA unit's fill: no generic stores to fence before the next box
-    bulk = cute_runtime.compile_with(
-        lambda flags: cute_fwd_sm90.compile_fwd(
-            config, options=flags, bias_tma=False, lean_mask=False, bias_only_past_e=False
-        ),
-        arch="sm_90a",
-        ptx=True,
-    ).ptx
+    bulk = _variant_ptx(config, bias_tma=False, lean_mask=False, bias_only_past_e=False)
     fence = r"fence\.proxy\.async\.shared::cta"
     assert len(re.findall(fence, ptx)) == len(re.findall(fence, bulk))
     spills = _ptxas_spills(ptx, tmp_path)

@@ -104,10 +104,20 @@ def schedule(config: "CuteFwdConfig") -> dict:
     options = {**SCHEDULE, **COMPACT_GRID_SCHEDULE} if config.compact_grid else dict(SCHEDULE)
     if options.get("bias_tma") and not tma_boxes_fit(config.q_per_kv):
         options["bias_tma"] = False
-        options.pop("bias_box_rows", None)  # a shape of the TMA boxes, which are then off
+    return _without_moot(options, config)
+
+
+def _without_moot(options: dict, config: "CuteFwdConfig", keep=()) -> dict:
+    """``options`` less those with nothing to act on at ``config``: ``bias_box_rows`` without
+    ``bias_tma`` (a shape of its boxes), ``odd_rows_paired`` below or above ``q_per_kv`` 8 (a row
+    order for 8 alone); the keys in ``keep`` stay (asked for explicitly, the kernel refuses them
+    by name). Pure."""
+    moot = set()
+    if not options.get("bias_tma"):
+        moot.add("bias_box_rows")
     if config.q_per_kv != 8:
-        options.pop("odd_rows_paired", None)  # a row order for G 8 alone
-    return options
+        moot.add("odd_rows_paired")
+    return {k: v for k, v in options.items() if k not in moot or k in keep}
 
 
 @dataclass(frozen=True)
@@ -327,12 +337,13 @@ class RelAttnFwdSm90:
       thread writes zeros. Needs ``G`` to divide 32; over ``bias_bulk`` when both are set.
     - ``bias_box_rows`` (with ``bias_tma``; 0: one token's ``G`` rows a box): each TMA box stages
       ``max(bias_box_rows, G)`` rows, the ``G`` heads of that many over ``G`` consecutive tokens,
-      all from the first token's ``d0`` (rows :func:`tma_bias_width` wide enough for the later tokens' one more
-      distance each). Below 8 rows a box, the 8 rows one 16-bit bias load of a warp reads span two
-      or more tokens whose same-head rows lie on the same shared-memory banks (a box of ``G`` rows
-      is a whole number of 128-byte lines), and each load takes 1.9 wavefronts at ``G`` 4, 3.8
-      at 2, 7.5 at 1 (1 at 8 and 16; ``meta/tools/bias_banks.py``); with 8-row boxes of 136 distances at ``G`` 4 it takes 1.5 (2 at
-      ``G`` 2 and 1), and a producer warp issues 4 boxes instead of ``32 / G``.
+      all from the first token's ``d0`` (rows :func:`tma_bias_width` wide enough for the later
+      tokens' one more distance each). Below 8 rows a box, the 8 rows one 16-bit bias load of a
+      warp reads span two or more tokens whose same-head rows lie on the same shared-memory banks
+      (a box of ``G`` rows is a whole number of 128-byte lines), and each load takes 1.9
+      wavefronts at ``G`` 4, 3.8 at 2, 7.5 at 1 (1 at 8 and 16; ``meta/tools/bias_banks.py``);
+      with 8-row boxes of 136 distances at ``G`` 4 it takes 1.5 (2 at ``G`` 2 and 1), and a
+      producer warp issues 4 boxes instead of ``32 / G``.
     - ``odd_rows_paired`` (``G`` 8 only): in each 16 rows of the M tile the token whose ``q_abs``
       is odd takes the first 8 (the accumulator's rows ``r``, its other token rows ``r + 8``),
       swapping the two tokens of every pair when the request's ``offset`` is even
@@ -404,9 +415,6 @@ class RelAttnFwdSm90:
         self.bias_per_wg = bias_per_wg
         self.bias_bulk = bias_bulk
         self.bias_tma = bias_tma
-        if bias_tma:
-            if not tma_boxes_fit(config.q_per_kv):
-                raise ValueError(f"bias_tma needs q_per_kv to divide 32 (one token's box within a warp's rows); it is {config.q_per_kv}")
         if isinstance(bias_box_rows, bool) or not isinstance(bias_box_rows, int):
             raise TypeError(f"bias_box_rows is {bias_box_rows!r}; expected an int (0: one token's rows a box)")
         #: rows and tokens of one bias TMA box: max(bias_box_rows, G) rows (one token's G rows when larger)
@@ -556,13 +564,8 @@ class RelAttnFwdSm90:
         tma_atom_b = tB_rel = None
         if const_expr(self.bias_tma):
             rel_view = cute.make_tensor(mRel.iterator, cute.select(mRel.layout, mode=[2, 1, 0]))
-            box = (self.bias_width, self.group)
-            box_layout = cute.make_layout(box, stride=(1, box[0]))
-            if const_expr(self.box_tokens > 1):
-                # bias_box_rows: the box's tokens as a third mode, its rows still consecutive
-                box = (self.bias_width, self.group, self.box_tokens)
-                box_layout = cute.make_layout(box, stride=(1, box[0], box[0] * box[1]))
-            tma_atom_b, tB_rel = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), rel_view, box_layout, box)
+            box = self._bias_box()
+            tma_atom_b, tB_rel = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), rel_view, box, box.shape)
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
             sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
@@ -942,12 +945,8 @@ class RelAttnFwdSm90:
         if row % R == 0 and self._token(row, offset) < staged_len:
             size = Int32(R * W * (self.dtype.width // 8))
         cute.arch.mbarrier_arrive_and_expect_tx(full, size)
-        if const_expr(self.box_tokens > 1):
-            box_shape = (W, G, self.box_tokens)
-            box = cute.make_layout(box_shape, stride=(1, W, W * G))
-        else:
-            box_shape = (W, G)
-            box = cute.make_layout(box_shape, stride=(1, W))
+        box = self._bias_box()
+        box_shape = box.shape
         modes = len(box_shape)
         warp_row0 = cute.arch.make_warp_uniform(cute.arch.warp_idx()) * 32
         for k in cutlass.range(32 // R, unroll=1):  # a loop, not unrolled: the producer has 32 registers
@@ -965,6 +964,15 @@ class RelAttnFwdSm90:
                     atom, 0, cute.make_layout(1), cute.group_modes(sBox, 0, modes), cute.group_modes(gBox, 0, modes)
                 )
                 cute.copy(atom, gX, sX, tma_bar_ptr=full)
+
+    def _bias_box(self) -> cute.Layout:
+        """One bias TMA box in shared memory, the host's descriptor and the producer's copies alike:
+        ``bias_width`` distances by ``G`` heads (by ``box_tokens`` tokens when a box holds more than
+        one, the ``bias_box_rows`` case), rows consecutive."""
+        W, G = self.bias_width, self.group
+        if self.box_tokens > 1:
+            return cute.make_layout((W, G, self.box_tokens), stride=(1, W, W * G))
+        return cute.make_layout((W, G), stride=(1, W))
 
     @cute.jit
     def _bulk_bias_row(self, mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent):
@@ -1512,7 +1520,7 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     keys at distance ``d <= window`` are visible (a huge value, e.g. ``2**30``, for no window).
     ``variant``: keyword arguments of :class:`RelAttnFwdSm90` over :func:`schedule` (schedule
     experiments; the backend uses :func:`schedule` as it is); one that turns ``bias_tma`` off
-    drops the schedule's ``bias_box_rows`` with it.
+    drops the schedule's ``bias_box_rows`` with it (:func:`_without_moot`).
     """
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
@@ -1533,10 +1541,7 @@ def compile_fwd(config: CuteFwdConfig, *, options: str = "--enable-tvm-ffi", **v
     cu = make_fake_tensor(Int32, (sym(),), (1,), assumed_align=4)
     rel = make_fake_tensor(dtype, (tokens, heads, sym(8)), (sym(8, True), sym(8), 1), assumed_align=16)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    kernel_options = {**schedule(config), **variant}
-    if not kernel_options.get("bias_tma") and "bias_box_rows" not in variant:
-        kernel_options.pop("bias_box_rows", None)  # a variant without bias_tma has no boxes to shape
-    kernel = RelAttnFwdSm90(config, **kernel_options)
+    kernel = RelAttnFwdSm90(config, **_without_moot({**schedule(config), **variant}, config, keep=variant))
     return cute.compile(
         kernel, q, k, v, o, table, seqlens, cu, rel, Float32(1.0), Int32(-1), Int32(1), stream, options=options
     )
