@@ -795,8 +795,8 @@ class RelAttnFwdSm90:
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
                                     (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
+                n = n_end - 1  # the walk's first tile, then the one before each iteration's
                 for it in cutlass.range(n_tiles, unroll=1):
-                    n, _ = self._walk(it, n_end, num_band, n_tiles)
                     n_next, use_next = self._walk(it + 1, n_end, num_band, n_tiles)
                     if it + 1 < n_tiles:
                         self._load_kv(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len,
@@ -806,6 +806,7 @@ class RelAttnFwdSm90:
                     if use_next < num_band:
                         self._load_bias(mRel, sB, use_next, pipe_b, q_start, q_len, q_head0, offset, m_block,
                                         n_next * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
+                    n = n_next
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -1125,9 +1126,9 @@ class RelAttnFwdSm90:
                          plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
+            n_prev = n_end - 1  # the previous iteration's key tile (its V comes now)
             for it in cutlass.range(1, n_tiles, unroll=1):
                 n, bias_use = self._walk(it, n_end, num_band, n_tiles)
-                n_prev, _ = self._walk(it - 1, n_end, num_band, n_tiles)
                 stage = it % STAGES
                 k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
                 v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
@@ -1151,12 +1152,12 @@ class RelAttnFwdSm90:
                 if const_expr(not self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
                 self._to_operand(acc_T, rP)
+                n_prev = n
 
             # last PV
             last = n_tiles - 1
             v_last = _state(STAGES, last, last % STAGES, (last // STAGES) % 2)
-            n_last, _ = self._walk(last, n_end, num_band, n_tiles)
-            self._wait_tile(pipe_v, v_last, n_last, kv_len, page_size)
+            self._wait_tile(pipe_v, v_last, n_prev, kv_len, page_size)
             self._sched_wait(wg_idx)
             if const_expr(self.late_rescale):
                 self._rescale_o(acc_O, row_scale)
