@@ -433,41 +433,6 @@ def test_cute_compile_odd_rows_paired(tmp_path):
         cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "bias_box_rows": 16})
 
 
-@pytest.mark.parametrize("interleave", [False, True], ids=["from_diagonal", "interleaved"])
-def test_cute_band_walk(interleave):
-    """``band_walk`` visits each of a CTA's key tiles once, the diagonal first; the band tiles come
-    in the order of their bias uses (0, 1, ...), each class from the diagonal downwards, and a
-    plain tile's use is ``num_band`` or more. With ``band_interleave`` band and plain tiles
-    alternate, a band tile first, while both last."""
-    from inkling_ops.kernels.cute_fwd_sm90 import band_walk
-
-    n_end = 40
-    for n_tiles in range(0, 24):
-        for num_band in range(0, n_tiles + 1):
-            walk = [band_walk(it, n_end, num_band, n_tiles, interleave) for it in range(n_tiles)]
-            assert sorted(n for n, _ in walk) == list(range(n_end - n_tiles, n_end))
-            assert [(n, u) for n, u in walk if u < num_band] == [(n_end - 1 - b, b) for b in range(num_band)]
-            plain = [n for n, u in walk if u >= num_band]
-            assert plain == list(range(n_end - 1 - num_band, n_end - 1 - n_tiles, -1))
-            kinds = "".join("b" if u < num_band else "p" for _, u in walk)
-            if interleave and num_band and n_tiles > num_band:
-                pairs = min(num_band - 1, n_tiles - num_band)
-                assert kinds.startswith("bp" * pairs + "b")
-                assert "bb" not in kinds or "p" not in kinds.split("bb", 1)[1]  # band runs only once plains ran out
-                assert "pp" not in kinds or "b" not in kinds.split("pp", 1)[1]  # plain runs only once bands ran out
-            else:
-                assert kinds == "b" * num_band + "p" * (n_tiles - num_band)
-
-
-def test_cute_compile_band_interleave():
-    """``band_interleave`` (the walk's order only) compiles without spills and keeps every piece of
-    the build: the GEMMs, the gathers, the bias boxes at their two staging sites, the pipelines."""
-    from inkling_ops.kernels import cute_fwd_sm90
-
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
-    _check_hopper_ptx(_variant_ptx(config, band_interleave=True))
-
-
 def test_cute_tma_bias_width_box_rows():
     """With ``bias_box_rows``, a box's later tokens read from its first token's slice start: every
     element any of its rows reads lies inside the row, and the box is whole 128-byte lines."""

@@ -190,32 +190,6 @@ def tma_bias_width(tile_n: int, group: int, elem_bytes: int = 2, box_rows: int =
     return width
 
 
-def band_walk(it, n_end, num_band, n_tiles, interleave: bool = True):
-    """Iteration ``it`` of a CTA's walk over its ``n_tiles`` key tiles ``[n_end - n_tiles, n_end)``,
-    whose top ``num_band`` stage a bias: ``(n, bias_use)``, the key tile and its index among the
-    band tiles (``num_band`` or more for a tile that stages none). Without ``interleave`` the walk
-    goes from the diagonal downwards: tile ``n_end - 1 - it``, bias use ``it``. With it
-    (``band_interleave``) band and plain tiles alternate, a band tile first, while both last:
-
-        band 0, plain 0, band 1, plain 1, ..., band p - 1, plain p - 1, band p, ...
-
-    with ``p = min(num_band - 1, plain tiles)`` pairs, then the rest of whichever class is left,
-    each class from the diagonal downwards. Every tile is visited once. Integer arithmetic and
-    ``cutlass.min`` / ``max`` only, so the same function serves the kernel (``Int32`` values) and
-    the tests (Python ints)."""
-    if not interleave:
-        return n_end - 1 - it, it
-    pairs = cutlass.min(cutlass.max(num_band - 1, 0), n_tiles - num_band)
-
-    def bands_before(x):  # band tiles among iterations [0, x)
-        return cutlass.min((cutlass.min(x, 2 * pairs) + 1) // 2 + cutlass.max(x - 2 * pairs, 0), num_band)
-
-    before = bands_before(it)
-    is_band = bands_before(it + 1) - before  # 1 or 0
-    from_top = is_band * before + (1 - is_band) * (num_band + it - before)
-    return n_end - 1 - from_top, is_band * before + (1 - is_band) * num_band
-
-
 def _cutlass_dtype(name: str):
     return {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}[name]
 
@@ -378,14 +352,6 @@ class RelAttnFwdSm90:
       even), read with one load instead of two: 48 shared loads a band tile a thread instead of
       64, a quarter fewer bias wavefronts. Q's gather, O's store, the rows' ``q_abs`` and the
       bias boxes all take the swapped order.
-    - ``band_interleave``: the walk alternates band tiles (those that stage a bias) with plain
-      ones while both last: the diagonal, a plain tile, the next band tile, the next plain tile,
-      and so on, then the rest of whichever class is left, each class still from the diagonal
-      downwards (:func:`band_walk`). The producer stages a band tile's bias in the iteration
-      before its own, so the staging's copies land while a plain tile runs, and its wait for the
-      free buffer (the previous band tile's release) comes an iteration later than in the walk
-      from the diagonal, where band tiles follow each other. Without plain tiles (a sliding
-      layer's window inside ``E``) the walk is the same.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -425,7 +391,7 @@ class RelAttnFwdSm90:
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
                  debug_acc_bias: str = "", debug_no_masks: bool = False, bias_box_rows: int = 0,
-                 odd_rows_paired: bool = False, band_interleave: bool = False):  # fmt: skip
+                 odd_rows_paired: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -470,7 +436,6 @@ class RelAttnFwdSm90:
             raise ValueError(f"odd_rows_paired needs one token a bias box; bias_box_rows is {bias_box_rows} "
                              f"({self.box_tokens} tokens at q_per_kv {config.q_per_kv})")
         self.odd_rows_paired = odd_rows_paired
-        self.band_interleave = band_interleave
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
@@ -779,34 +744,31 @@ class RelAttnFwdSm90:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
                                     (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
                 for it in cutlass.range(n_tiles, unroll=1):
-                    n_next, use_next = self._walk(it + 1, n_end, num_band, n_tiles)
+                    n = n_end - 1 - it
                     page_v, slot_v = page_k, slot_k
                     if it + 1 < n_tiles:
-                        page_k, slot_k = self._lookup(block_row, num_blocks, page_div, kv_len, n_next, tTcT)
+                        page_k, slot_k = self._lookup(block_row, num_blocks, page_div, kv_len, n - 1, tTcT)
                         self._copy_rows(mK, sK, it + 1, pipe_k, kv_head, page_k, slot_k, thr_copy, tTcT, copy_atom)
                     self._copy_rows(mV, sV, it, pipe_v, kv_head, page_v, slot_v, thr_copy, tTcT, copy_atom)
-                    # the next tile's bias, staged while this one runs (its own index among the band tiles)
-                    if use_next < num_band:
-                        self._load_bias(mRel, sB, use_next, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        n_next * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
+                    if it + 1 < num_band:
+                        self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
             else:
                 self._load_kv(mK, sK, 0, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len, n_end - 1,
                               thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
                 if num_band > 0:
                     self._load_bias(mRel, sB, 0, pipe_b, q_start, q_len, q_head0, offset, m_block,
                                     (n_end - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
-                n = n_end - 1  # the walk's first tile, then the one before each iteration's
                 for it in cutlass.range(n_tiles, unroll=1):
-                    n_next, use_next = self._walk(it + 1, n_end, num_band, n_tiles)
+                    n = n_end - 1 - it
                     if it + 1 < n_tiles:
                         self._load_kv(mK, sK, it + 1, pipe_k, block_row, num_blocks, page_div, kv_head, kv_len,
-                                      n_next, thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
+                                      n - 1, thr_copy, tTcT, copy_atom, pages_k)  # fmt: skip
                     self._load_kv(mV, sV, it, pipe_v, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy,
                                   tTcT, copy_atom, pages_v)  # fmt: skip
-                    if use_next < num_band:
-                        self._load_bias(mRel, sB, use_next, pipe_b, q_start, q_len, q_head0, offset, m_block,
-                                        n_next * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
-                    n = n_next
+                    if it + 1 < num_band:
+                        self._load_bias(mRel, sB, it + 1, pipe_b, q_start, q_len, q_head0, offset, m_block,
+                                        (n - 1) * self.tile_n, rel_extent, tidx, copy_atom, mK.shape[1], tma_b)  # fmt: skip
         # the copies land before the producer warps exit
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -955,10 +917,6 @@ class RelAttnFwdSm90:
         if const_expr(not self.bias_bulk):
             # each thread's cp.async arrive; with bias_bulk its arrive.expect_tx was its arrival
             pipe.producer_commit(state)
-
-    def _walk(self, it, n_end, num_band, n_tiles):
-        """:func:`band_walk` with this schedule's ``band_interleave``: ``(n, bias_use)`` of iteration ``it``."""
-        return band_walk(it, n_end, num_band, n_tiles, self.band_interleave)
 
     def _slice_start(self, q_abs, n0):
         """``d0``: the smallest distance query position ``q_abs`` has to key tile ``n0``'s keys,
@@ -1126,38 +1084,36 @@ class RelAttnFwdSm90:
                          plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
-            n_prev = n_end - 1  # the previous iteration's key tile (its V comes now)
             for it in cutlass.range(1, n_tiles, unroll=1):
-                n, bias_use = self._walk(it, n_end, num_band, n_tiles)
+                n = n_end - 1 - it
                 stage = it % STAGES
                 k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
                 v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
                 self._wait_tile(pipe_k, k_state, n, kv_len, page_size)
                 # S of this tile (a fresh accumulator: see fresh_scores)
                 acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
-                acc_biased = self._acc_bias(acc_T, sB, pipe_b, bias_use, n, num_band, bias_lo, bias_hi, b_half, tidx)
+                acc_biased = self._acc_bias(acc_T, sB, pipe_b, it, n, num_band, bias_lo, bias_hi, b_half, tidx)
                 self._sched_wait(wg_idx)
                 self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True, acc_biased)
                 if const_expr(self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
-                self._wait_tile(pipe_v, v_state, n_prev, kv_len, page_size)
+                self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
                 self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
                 self._sched_signal(wg_idx, True)
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
-                self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band,
+                self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
                              plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 if const_expr(not self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
                 self._to_operand(acc_T, rP)
-                n_prev = n
 
             # last PV
             last = n_tiles - 1
             v_last = _state(STAGES, last, last % STAGES, (last // STAGES) % 2)
-            self._wait_tile(pipe_v, v_last, n_prev, kv_len, page_size)
+            self._wait_tile(pipe_v, v_last, n_end - n_tiles, kv_len, page_size)
             self._sched_wait(wg_idx)
             if const_expr(self.late_rescale):
                 self._rescale_o(acc_O, row_scale)

@@ -94,9 +94,6 @@ VARIANTS = {
     # G 8 without odd_rows_paired (the build before a2c221e's adoption: 64 16-bit bias loads a
     # band tile a thread, not 16 32-bit ones and 32 16-bit ones)
     "unpaired": dict(odd_rows_paired=False),
-    # band tiles alternating with plain ones in the walk (band 0, plain 0, band 1, ...): each
-    # band tile's bias staged while a plain tile runs, a tile after the previous one's release
-    "interleave": dict(band_interleave=True),
     # the build with the masked tiles' select dropped (timing only): the masks' share in the build,
     # as abn_nomask gives it over acc_band_nostage
     "nomask": dict(debug_no_masks=True),
