@@ -433,6 +433,57 @@ def test_cute_compile_odd_rows_paired(tmp_path):
         cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "bias_box_rows": 16})
 
 
+def test_cute_half_tiles_skip_only_unseen_keys():
+    """``half_tiles`` against brute force: over CTAs of prefill, chunks and decodes, global and
+    sliding windows, ``G`` 1-16, a half it skips holds no key any of the CTA's rows sees (the
+    kernel's ranges: ``qa`` from the M tile's tokens, ``n_end`` the diagonal tile + 1, ``n_begin``
+    the window's edge tile); and it does skip where it should (some CTAs of 8K sliding and
+    global)."""
+    from inkling_ops.backends.cute_backend import kernel_window
+    from inkling_ops.kernels.cute_fwd_sm90 import half_tiles
+
+    tile = 128
+    skipped = {"diag": 0, "edge": 0}
+    for q_len, kv_len, group, window_left in [(8192, 8192, 4, 511), (8192, 8192, 8, -1), (2048, 16384, 8, -1),
+                                              (2048, 16384, 4, 511), (300, 1000, 1, 200), (1, 5000, 8, 511),
+                                              (700, 700, 16, 63), (1500, 1500, 2, 1023)]:  # fmt: skip
+        window = kernel_window(window_left)
+        offset = kv_len - q_len
+        for m in range(-(-q_len * group // tile)):
+            tok_lo, tok_hi = m * tile // group, min((m * tile + tile - 1) // group, q_len - 1)
+            qa_lo, qa_hi = offset + tok_lo, offset + tok_hi
+            n_end = min(-(-(qa_hi + 1) // tile), -(-kv_len // tile))
+            n_begin = max(qa_lo - window, 0) // tile
+            diag, edge = half_tiles(qa_lo, qa_hi, n_begin, n_end, window, tile)
+            seen = {k for q in range(qa_lo, qa_hi + 1) for k in range(max(q - window, 0), q + 1)}
+            top = (n_end - 1) * tile
+            if diag:
+                skipped["diag"] += 1
+                assert not seen & set(range(top + tile // 2, top + tile)), (q_len, kv_len, group, m)
+            if edge and n_end - n_begin > 1:
+                skipped["edge"] += 1
+                assert not seen & set(range(n_begin * tile, n_begin * tile + tile // 2)), (q_len, kv_len, group, m)
+            assert not (diag and edge and n_end - n_begin == 1)
+    assert skipped["diag"] > 100 and skipped["edge"] > 100
+
+
+def test_cute_compile_half_edge_tiles():
+    """``half_edge_tiles`` compiles without spills and keeps every piece of the build; its edge
+    tiles add m64n64 QK batches (the diagonal's lower half in the peeled first tile, the window
+    edge's upper half in the loop: 8 k-blocks each) and half-tile PV batches (4 k-blocks at each
+    of three sites) beside the full ones."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
+    ptx = _variant_ptx(config, half_edge_tiles=True)
+    _check_hopper_ptx(ptx)
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32", ptx)) == 2 * 8
+    # QK (2 full sites) and PV (2 full sites, 3 half ones) at m64n128k16
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) == 2 * 8 + 2 * 8 + 3 * 4
+    with pytest.raises(ValueError, match="half_edge_tiles"):
+        cute_fwd_sm90.RelAttnFwdSm90(config, half_edge_tiles=True, band_split=True, debug_acc_bias="band")
+
+
 def test_cute_tma_bias_width_box_rows():
     """With ``bias_box_rows``, a box's later tokens read from its first token's slice start: every
     element any of its rows reads lies inside the row, and the box is whole 128-byte lines."""

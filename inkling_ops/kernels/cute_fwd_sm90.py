@@ -190,6 +190,17 @@ def tma_bias_width(tile_n: int, group: int, elem_bytes: int = 2, box_rows: int =
     return width
 
 
+def half_tiles(qa_lo, qa_hi, n_begin, n_end, window, tile_n: int):
+    """``half_edge_tiles``: whether no row of a CTA (query positions ``[qa_lo, qa_hi]``, key tiles
+    ``[n_begin, n_end)``, ``window``: a key is seen when ``0 <= q_abs - key <= window``) sees a
+    key in the upper half of the diagonal tile ``n_end - 1``, and whether none sees one in the
+    lower half of the window's edge tile ``n_begin``. ``(diag_half, edge_half)``; comparisons
+    only, so the kernel (``Int32``) and the tests (ints) share it. Both can hold only for
+    different tiles (each row sees its own key)."""
+    half = tile_n // 2
+    return qa_hi < (n_end - 1) * tile_n + half, qa_lo - window >= n_begin * tile_n + half
+
+
 def _cutlass_dtype(name: str):
     return {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}[name]
 
@@ -352,6 +363,17 @@ class RelAttnFwdSm90:
       even), read with one load instead of two: 48 shared loads a band tile a thread instead of
       64, a quarter fewer bias wavefronts. Q's gather, O's store, the rows' ``q_abs`` and the
       bias boxes all take the swapped order.
+    - ``half_edge_tiles``: a CTA's edge tiles multiply only the half of their keys that any of
+      its rows can see. When no row sees the upper 64 keys of the diagonal tile (``qa_hi`` in
+      the tile's lower half), its QK GEMM is one m64n64 batch on K's rows 0-63 into the
+      accumulator's first 32 registers and its PV GEMM takes P's first 4 k-blocks; when no row
+      sees the lower 64 keys of the window's edge tile (``qa_lo - window`` in the tile's upper
+      half), the same on K's rows 64-127, the accumulator's last 32 registers and P's last 4
+      k-blocks. The other registers are not written: the masks set those scores to -inf (no
+      row sees those keys), so they never reach P (:func:`half_tiles`). At 8K sliding (window
+      511, 32 tokens a CTA) 248 of a KV head's 256 CTAs have one such half (5 tiles become 4.5
+      of tensor work; the first 8 see key 0); at 8K global 256 of 512, a half of one of their
+      32 tiles on average.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -391,7 +413,7 @@ class RelAttnFwdSm90:
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
                  debug_acc_bias: str = "", debug_no_masks: bool = False, bias_box_rows: int = 0,
-                 odd_rows_paired: bool = False):  # fmt: skip
+                 odd_rows_paired: bool = False, half_edge_tiles: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -436,6 +458,9 @@ class RelAttnFwdSm90:
             raise ValueError(f"odd_rows_paired needs one token a bias box; bias_box_rows is {bias_box_rows} "
                              f"({self.box_tokens} tokens at q_per_kv {config.q_per_kv})")
         self.odd_rows_paired = odd_rows_paired
+        if half_edge_tiles and debug_acc_bias:
+            raise ValueError("half_edge_tiles does not take debug_acc_bias (its GEMMs start from zero)")
+        self.half_edge_tiles = half_edge_tiles
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
@@ -525,6 +550,13 @@ class RelAttnFwdSm90:
             atom_layout_mnk=(self.tile_m // 64, 1, 1), tiler_mn=(64, self.head_dim),
             a_source=warpgroup.OperandSource.RMEM,
         )  # fmt: skip
+        # half_edge_tiles: QK over half a key tile (m64n64)
+        tiled_mma_qk_half = None
+        if const_expr(self.half_edge_tiles):
+            tiled_mma_qk_half = hopper.make_trivial_tiled_mma(
+                self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
+                atom_layout_mnk=(self.tile_m // 64, 1, 1), tiler_mn=(64, self.tile_n // 2),
+            )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
         sKV_layout = self._smem_layout(self.tile_n, STAGES)
         sB_layout = cute.make_layout((self.bias_rows, self.bias_width), stride=(self.bias_width, 1))
@@ -568,7 +600,7 @@ class RelAttnFwdSm90:
             tma_atom_b, tB_rel = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), rel_view, box, box.shape)
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
-            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
+            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, tiled_mma_qk_half, copy_q, copy_kv, copy_atom, tma_atom_k,
             tma_atom_v, tK_pages, tV_pages, tma_atom_b, tB_rel, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, grid_req], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
@@ -595,6 +627,7 @@ class RelAttnFwdSm90:
         sB_layout: cute.Layout,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
+        tiled_mma_qk_half: cute.TiledMma | None,
         copy_q: cute.TiledCopy,
         copy_kv: cute.TiledCopy,
         copy_atom: cute.CopyAtom,
@@ -698,6 +731,9 @@ class RelAttnFwdSm90:
             else:
                 bias_lo = (cutlass.max(qa_hi - cutlass.min(rel_extent - 1, window), 0) + tile_n - 1) // tile_n
             q_head0 = kv_head * G
+            # half_edge_tiles: no row sees the diagonal tile's upper half / the window edge's lower half
+            diag_half, edge_lower = half_tiles(qa_lo, qa_hi, n_begin, n_end, window, tile_n)
+            edge_half = n_tiles > 1 and edge_lower
 
             if warp_idx < PRODUCER_THREADS // 32:
                 cute.arch.setmaxregister_decrease(self.producer_regs)
@@ -711,7 +747,7 @@ class RelAttnFwdSm90:
                 self._consume(
                     mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
                     plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, page_size, scale_log2, tidx - PRODUCER_THREADS, pipes,
-                    tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom,
+                    tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom, (tiled_mma_qk_half, diag_half, edge_half),
                 )  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -1010,7 +1046,7 @@ class RelAttnFwdSm90:
     @cute.jit
     def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
                  plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, page_size, scale_log2, tidx, pipes,
-                 tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom):  # fmt: skip
+                 tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom, halves):  # fmt: skip
         """Per key tile ``i`` (FA3's intra-warpgroup overlap): issue ``S_i = Q K_i^T``, issue
         ``O += P_{i-1} V_{i-1}``, wait for S_i, mask / bias / online softmax of S_i while the PV GEMM
         runs, wait for it, rescale O. ``tidx`` counts from the first consumer thread."""
@@ -1047,6 +1083,19 @@ class RelAttnFwdSm90:
         tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
         tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
+        tiled_mma_qk_half, diag_half, edge_half = halves
+        half_qk = None
+        if const_expr(self.half_edge_tiles):
+            # QK over K's rows 0-63 or 64-127 of a stage (m64n64), into the first or last 32
+            # accumulator registers (the n128 accumulator holds columns 8g..8g+7 in registers 4g..4g+3)
+            wg_mma_half = tiled_mma_qk_half.get_slice(wg_layout(wg_idx))
+            sK_halves = cute.flat_divide(sK, (tile_n // 2,))  # (64, 2, head_dim, STAGES)
+            half_shape = tiled_mma_qk_half.partition_shape_C((tile_m, tile_n // 2))
+            half_qk = (
+                wg_mma_half.make_fragment_A(wg_mma_half.partition_A(sQ)),
+                [wg_mma_half.make_fragment_B(wg_mma_half.partition_B(sK_halves[None, h, None, None])) for h in range(2)],
+                half_shape,
+            )
         acc_O = cute.make_rmem_tensor(tiled_mma_pv.partition_shape_C((tile_m, self.head_dim)), Float32)
         acc_O.fill(0.0)
         acc_S_shape = tiled_mma_qk.partition_shape_C((tile_m, tile_n))
@@ -1076,7 +1125,13 @@ class RelAttnFwdSm90:
             self._wait_tile(pipe_k, k_first, n_end - 1, kv_len, page_size)
             acc_biased = self._acc_bias(acc_S, sB, pipe_b, 0, n_end - 1, num_band, bias_lo, bias_hi, b_half, tidx)
             self._sched_wait(wg_idx)
-            self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True, acc_biased)
+            if const_expr(self.half_edge_tiles):
+                if diag_half:
+                    self._gemm_half(tiled_mma_qk_half, acc_S, half_qk, 0, 0)
+                else:
+                    self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
+            else:
+                self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True, acc_biased)
             self._sched_signal(wg_idx, True)
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
@@ -1094,11 +1149,25 @@ class RelAttnFwdSm90:
                 acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
                 acc_biased = self._acc_bias(acc_T, sB, pipe_b, it, n, num_band, bias_lo, bias_hi, b_half, tidx)
                 self._sched_wait(wg_idx)
-                self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True, acc_biased)
+                if const_expr(self.half_edge_tiles):
+                    # the walk's last tile is the window's edge
+                    if edge_half and it == n_tiles - 1:
+                        self._gemm_half(tiled_mma_qk_half, acc_T, half_qk, 1, stage)
+                    else:
+                        self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
+                else:
+                    self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True, acc_biased)
                 if const_expr(self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
                 self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
-                self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
+                if const_expr(self.half_edge_tiles):
+                    # P of the previous tile: the diagonal's (the walk's first) may be half a tile
+                    if diag_half and it == 1:
+                        self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False, k_half=0)
+                    else:
+                        self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
+                else:
+                    self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
                 self._sched_signal(wg_idx, True)
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
@@ -1117,7 +1186,15 @@ class RelAttnFwdSm90:
             self._sched_wait(wg_idx)
             if const_expr(self.late_rescale):
                 self._rescale_o(acc_O, row_scale)
-            self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
+            if const_expr(self.half_edge_tiles):
+                if diag_half and last == 0:
+                    self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False, k_half=0)
+                elif edge_half:
+                    self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False, k_half=1)
+                else:
+                    self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
+            else:
+                self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
             self._sched_signal(wg_idx, False)
             warpgroup.wait_group(0)
             self._release(pipe_v, v_last)
@@ -1461,19 +1538,32 @@ class RelAttnFwdSm90:
         return biased
 
     @cute.jit
-    def _gemm(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr, keep=None):
+    def _gemm(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr, keep=None,
+              k_half: cutlass.Constexpr = None):  # fmt: skip
         """acc (+)= A B over the K blocks as one warpgroup MMA batch, committed, not waited for;
-        with ``keep`` (a runtime flag) the first K block accumulates onto ``acc`` where it is true."""
+        with ``keep`` (a runtime flag) the first K block accumulates onto ``acc`` where it is true;
+        with ``k_half`` (0 or 1) over that half of the K blocks only (``half_edge_tiles``' PV)."""
         warpgroup.fence()
         atom = cute.make_mma_atom(tiled_mma.op)
         if const_expr(keep is None):
             atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
         else:
             atom.set(warpgroup.Field.ACCUMULATE, keep)
-        for k in cutlass.range_constexpr(cute.size(tA.shape[2])):
+        blocks = cute.size(tA.shape[2])
+        first, last = (0, blocks) if const_expr(k_half is None) else (k_half * blocks // 2, (k_half + 1) * blocks // 2)
+        for k in cutlass.range_constexpr(first, last):
             cute.gemm(atom, acc, tA[None, None, k], tB[None, None, k], acc)
             atom.set(warpgroup.Field.ACCUMULATE, True)
         warpgroup.commit_group()
+
+    @cute.jit
+    def _gemm_half(self, tiled_mma_half, acc, half_qk, h: cutlass.Constexpr, stage):
+        """``half_edge_tiles``: S = Q K^T over K's rows ``[64 h, 64 h + 64)`` of ``stage`` only,
+        into ``acc``'s registers of those columns (the first 32 for ``h`` 0, the last 32 for 1);
+        the others are not written."""
+        tQ, tK_halves, half_shape = half_qk
+        sub = cute.make_tensor(acc.iterator + h * cute.size(half_shape), cute.make_layout(half_shape))
+        self._gemm(tiled_mma_half, sub, tQ, tK_halves[h][None, None, None, stage], True)
 
     @cute.jit
     def _softmax_step(self, s_mn, row_max, row_sum, row_scale, scale):

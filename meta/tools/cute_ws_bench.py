@@ -101,6 +101,9 @@ VARIANTS = {
     # G 8 without odd_rows_paired (the build before a2c221e's adoption: 64 16-bit bias loads a
     # band tile a thread, not 16 32-bit ones and 32 16-bit ones)
     "unpaired": dict(odd_rows_paired=False),
+    # the edge tiles' unseen halves skipped: the diagonal's upper 64 keys or the window edge's
+    # lower 64 when no row of the CTA sees them (m64n64 QK, half the PV k-blocks)
+    "halfedge": dict(half_edge_tiles=True),
     # the build with the masked tiles' select dropped (timing only): the masks' share in the build,
     # as abn_nomask gives it over acc_band_nostage
     "nomask": dict(debug_no_masks=True),
