@@ -194,9 +194,10 @@ def half_tiles(qa_lo, qa_hi, n_begin, n_end, window, tile_n: int):
     """``half_edge_tiles``: whether no row of a CTA (query positions ``[qa_lo, qa_hi]``, key tiles
     ``[n_begin, n_end)``, ``window``: a key is seen when ``0 <= q_abs - key <= window``) sees a
     key in the upper half of the diagonal tile ``n_end - 1``, and whether none sees one in the
-    lower half of the window's edge tile ``n_begin``. ``(diag_half, edge_half)``; comparisons
-    only, so the kernel (``Int32``) and the tests (ints) share it. Both can hold only for
-    different tiles (each row sees its own key)."""
+    lower half of the window's edge tile ``n_begin``: ``(diag_half, edge_lower)``, comparisons
+    only, so the kernel (``Int32``) and the tests (ints) share it. The kernel uses ``edge_lower``
+    only when the edge tile is not the diagonal (``n_tiles > 1``); both cannot hold for one tile
+    (each row sees its own key)."""
     half = tile_n // 2
     return qa_hi < (n_end - 1) * tile_n + half, qa_lo - window >= n_begin * tile_n + half
 
@@ -364,16 +365,17 @@ class RelAttnFwdSm90:
       64, a quarter fewer bias wavefronts. Q's gather, O's store, the rows' ``q_abs`` and the
       bias boxes all take the swapped order.
     - ``half_edge_tiles``: a CTA's edge tiles multiply only the half of their keys that any of
-      its rows can see. When no row sees the upper 64 keys of the diagonal tile (``qa_hi`` in
-      the tile's lower half), its QK GEMM is one m64n64 batch on K's rows 0-63 into the
-      accumulator's first 32 registers and its PV GEMM takes P's first 4 k-blocks; when no row
-      sees the lower 64 keys of the window's edge tile (``qa_lo - window`` in the tile's upper
-      half), the same on K's rows 64-127, the accumulator's last 32 registers and P's last 4
-      k-blocks. The other registers are not written: the masks set those scores to -inf (no
-      row sees those keys), so they never reach P (:func:`half_tiles`). At 8K sliding (window
-      511, 32 tokens a CTA) 248 of a KV head's 256 CTAs have one such half (5 tiles become 4.5
-      of tensor work; the first 8 see key 0); at 8K global 256 of 512, a half of one of their
-      32 tiles on average.
+      its rows can see (:func:`half_tiles`). When no row sees the upper 64 keys of the diagonal
+      tile (``qa_hi`` in the tile's lower half), its QK GEMM is one m64n64 batch on K's rows 0-63
+      into the accumulator's first 32 registers and its PV GEMM takes P's first 4 k-blocks; the
+      other registers are not written, and the masks set those scores to -inf (no row sees those
+      keys), so they never reach P. When no row sees the lower 64 keys of the window's edge tile
+      (``qa_lo - window`` in the tile's upper half), its PV GEMM takes P's last 4 k-blocks (P is
+      0 in the others); its QK stays whole, because an m64n64 batch inside the loop made ptxas
+      serialize every wgmma of the kernel (C7511, too few registers for the wgmma pipeline). At
+      8K sliding (window 511, 32 tokens a CTA, 5 key tiles) 128 of a KV head's 256 CTAs skip
+      half of the diagonal's GEMMs and 120 half of the edge tile's PV; at 8K global 256 of 512
+      CTAs skip half of the diagonal's, one of about 32 tiles.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -458,8 +460,9 @@ class RelAttnFwdSm90:
             raise ValueError(f"odd_rows_paired needs one token a bias box; bias_box_rows is {bias_box_rows} "
                              f"({self.box_tokens} tokens at q_per_kv {config.q_per_kv})")
         self.odd_rows_paired = odd_rows_paired
-        if half_edge_tiles and debug_acc_bias:
-            raise ValueError("half_edge_tiles does not take debug_acc_bias (its GEMMs start from zero)")
+        if half_edge_tiles and (debug_acc_bias or debug_all_plain or debug_no_masks):
+            raise ValueError("half_edge_tiles does not take debug_acc_bias, debug_all_plain or debug_no_masks "
+                             "(the masks must set the scores it does not compute to -inf)")
         self.half_edge_tiles = half_edge_tiles
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
@@ -1149,14 +1152,9 @@ class RelAttnFwdSm90:
                 acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
                 acc_biased = self._acc_bias(acc_T, sB, pipe_b, it, n, num_band, bias_lo, bias_hi, b_half, tidx)
                 self._sched_wait(wg_idx)
-                if const_expr(self.half_edge_tiles):
-                    # the walk's last tile is the window's edge
-                    if edge_half and it == n_tiles - 1:
-                        self._gemm_half(tiled_mma_qk_half, acc_T, half_qk, 1, stage)
-                    else:
-                        self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True)
-                else:
-                    self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True, acc_biased)
+                # (half_edge_tiles: the window edge's QK stays whole; an m64n64 batch in the loop made
+                # ptxas serialize every wgmma of the kernel, C7511)
+                self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True, acc_biased)
                 if const_expr(self.late_rescale):
                     self._rescale_o(acc_O, row_scale)
                 self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
@@ -1560,7 +1558,7 @@ class RelAttnFwdSm90:
     def _gemm_half(self, tiled_mma_half, acc, half_qk, h: cutlass.Constexpr, stage):
         """``half_edge_tiles``: S = Q K^T over K's rows ``[64 h, 64 h + 64)`` of ``stage`` only,
         into ``acc``'s registers of those columns (the first 32 for ``h`` 0, the last 32 for 1);
-        the others are not written."""
+        the others are not written. (Called for the diagonal, ``h`` 0, outside the loop only.)"""
         tQ, tK_halves, half_shape = half_qk
         sub = cute.make_tensor(acc.iterator + h * cute.size(half_shape), cute.make_layout(half_shape))
         self._gemm(tiled_mma_half, sub, tQ, tK_halves[h][None, None, None, stage], True)

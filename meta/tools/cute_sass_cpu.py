@@ -58,7 +58,11 @@ def kernel_sass(group: int, head_dim: int, settings: dict, nvdisasm: str, ptxas:
     with tempfile.TemporaryDirectory() as tmp:
         src, cubin = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
-        subprocess.run([ptxas, "-arch=sm_90a", str(src), "-o", str(cubin)], check=True, capture_output=True, text=True)
+        built = subprocess.run([ptxas, "-arch=sm_90a", str(src), "-o", str(cubin)], check=True, capture_output=True, text=True)
+        # ptxas's warnings, e.g. C7511 (wgmmas serialized for want of registers: every GEMM waited on)
+        for line in built.stderr.splitlines():
+            if "warning" in line.lower() or "performance" in line.lower():
+                print(f"ptxas: {line.strip()}", file=sys.stderr)
         return subprocess.run([nvdisasm, "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
 
 
