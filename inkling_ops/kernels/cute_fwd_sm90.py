@@ -1089,15 +1089,14 @@ class RelAttnFwdSm90:
         tiled_mma_qk_half, diag_half, edge_half = halves
         half_qk = None
         if const_expr(self.half_edge_tiles):
-            # QK over K's rows 0-63 or 64-127 of a stage (m64n64), into the first or last 32
-            # accumulator registers (the n128 accumulator holds columns 8g..8g+7 in registers 4g..4g+3)
+            # the diagonal's QK over K's rows 0-63 of a stage (m64n64), into the first 32 accumulator
+            # registers (the n128 accumulator holds columns 8g..8g+7 in registers 4g..4g+3)
             wg_mma_half = tiled_mma_qk_half.get_slice(wg_layout(wg_idx))
-            sK_halves = cute.flat_divide(sK, (tile_n // 2,))  # (64, 2, head_dim, STAGES)
-            half_shape = tiled_mma_qk_half.partition_shape_C((tile_m, tile_n // 2))
+            sK_lower = cute.flat_divide(sK, (tile_n // 2,))[None, 0, None, None]  # (64, head_dim, STAGES)
             half_qk = (
                 wg_mma_half.make_fragment_A(wg_mma_half.partition_A(sQ)),
-                [wg_mma_half.make_fragment_B(wg_mma_half.partition_B(sK_halves[None, h, None, None])) for h in range(2)],
-                half_shape,
+                wg_mma_half.make_fragment_B(wg_mma_half.partition_B(sK_lower)),
+                tiled_mma_qk_half.partition_shape_C((tile_m, tile_n // 2)),
             )
         acc_O = cute.make_rmem_tensor(tiled_mma_pv.partition_shape_C((tile_m, self.head_dim)), Float32)
         acc_O.fill(0.0)
@@ -1130,7 +1129,7 @@ class RelAttnFwdSm90:
             self._sched_wait(wg_idx)
             if const_expr(self.half_edge_tiles):
                 if diag_half:
-                    self._gemm_half(tiled_mma_qk_half, acc_S, half_qk, 0, 0)
+                    self._gemm_half(tiled_mma_qk_half, acc_S, half_qk, 0)
                 else:
                     self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
             else:
@@ -1555,13 +1554,13 @@ class RelAttnFwdSm90:
         warpgroup.commit_group()
 
     @cute.jit
-    def _gemm_half(self, tiled_mma_half, acc, half_qk, h: cutlass.Constexpr, stage):
-        """``half_edge_tiles``: S = Q K^T over K's rows ``[64 h, 64 h + 64)`` of ``stage`` only,
-        into ``acc``'s registers of those columns (the first 32 for ``h`` 0, the last 32 for 1);
-        the others are not written. (Called for the diagonal, ``h`` 0, outside the loop only.)"""
-        tQ, tK_halves, half_shape = half_qk
-        sub = cute.make_tensor(acc.iterator + h * cute.size(half_shape), cute.make_layout(half_shape))
-        self._gemm(tiled_mma_half, sub, tQ, tK_halves[h][None, None, None, stage], True)
+    def _gemm_half(self, tiled_mma_half, acc, half_qk, stage):
+        """``half_edge_tiles``' diagonal tile: S = Q K^T over K's rows 0-63 of ``stage`` only (one
+        m64n64 batch), into ``acc``'s first 32 registers, those of columns 0-63; the others are
+        not written. Outside the loop only (in it, ptxas serialized every wgmma: C7511)."""
+        tQ, tK_lower, half_shape = half_qk
+        lower = cute.make_tensor(acc.iterator, cute.make_layout(half_shape))
+        self._gemm(tiled_mma_half, lower, tQ, tK_lower[None, None, None, stage], True)
 
     @cute.jit
     def _softmax_step(self, s_mn, row_max, row_sum, row_scale, scale):
