@@ -311,6 +311,24 @@ def test_cute_compile_slow(kw):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("compact_grid", [False, True], ids=["dense", "compact"])
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 6, 8, 16])
+@pytest.mark.parametrize("head_dim", [128, 64])
+def test_cute_every_build_keeps_the_wgmma_pipeline(head_dim, group, compact_grid, tmp_path):
+    """Every kernel the backend builds (its schedule at each group size, head_dim and grid)
+    assembles with no spills and without ptxas serializing its wgmmas (C7511: too few registers
+    for the wgmma pipeline, every GEMM then waited on; an m64n64 QK in the loop did that to
+    ``half_edge_tiles``' first form). Skips without a CUDA 13 ptxas."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=head_dim, q_per_kv=group, compact_grid=compact_grid)
+    spills = _ptxas_spills(_variant_ptx(config), tmp_path)
+    if spills is None:
+        pytest.skip("no ptxas that reads the DSL's PTX")
+    assert all(a == "0" and b == "0" for a, b in spills), spills
+
+
+@pytest.mark.slow
 def test_cute_compile_release_per_warp(tmp_path):
     """The per-warp release (in SCHEDULE, passed explicitly here): empty barriers count 8 warps,
     one elected lane arrives."""
