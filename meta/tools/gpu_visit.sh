@@ -2,7 +2,8 @@
 # One visit to the H200, as docs/running.md describes it: correctness first, then timings.
 #
 #   bash meta/tools/gpu_visit.sh SHA tests,ab,host   # steps, in order:
-#     tests  the GPU tests (-m "gpu and not slow")
+#     tests  the GPU tests (-m "gpu and not slow") but the conformance matrix (about 3 minutes)
+#     conformance  the conformance matrix's GPU tests (294 at 5e34de4; about 7 minutes: a call of its own)
 #     ab     the Triton backend against the base commit's copy in .ab/base (meta/tools/ab_backend.py)
 #     host   the eager host overhead per call (meta/tools/host_overhead.py)
 #     split  where the split-KV decode's host time goes (meta/tools/host_overhead.py --split-breakdown)
@@ -39,8 +40,11 @@ fi
 for step in ${part//,/ }; do
   case $step in
     tests)  # modules whose test-only imports (expecttest, hypothesis) are missing there hold no GPU test
-      python3 -m pytest tests -m "gpu and not slow" -q -p no:cacheprovider --continue-on-collection-errors 2>&1 \
-        | tee "$out/gpu_tests_$sha.log" | tail -25 ;;
+      python3 -m pytest tests -m "gpu and not slow" --ignore=tests/test_conformance.py -q -rfEs -p no:cacheprovider \
+        --continue-on-collection-errors 2>&1 | tee "$out/gpu_tests_$sha.log" | tail -25 ;;
+    conformance)
+      python3 -m pytest tests/test_conformance.py -m "gpu and not slow" -q -rfEs -p no:cacheprovider 2>&1 \
+        | tee "$out/gpu_conformance_$sha.log" | tail -15 ;;
     ab)
       python3 meta/tools/ab_backend.py .ab/base --label "base=$(cat .ab/base/SHA 2>/dev/null) new=$sha" \
         --out "$out/ab_backend_$sha.jsonl" 2>&1 | tee "$out/ab_backend_$sha.log" ;;
@@ -64,6 +68,6 @@ for step in ${part//,/ }; do
     cute)
       python3 -m pytest tests/test_conformance.py tests/test_cute_runtime.py tests/test_cute_compile.py -k cute -q -rs -p no:cacheprovider \
         --continue-on-collection-errors 2>&1 | tee "$out/gpu_cute_$sha.log" | tail -15 ;;
-    *) echo "unknown step $step (tests|ab|host|split|bench|sweep|warmup|hf|cute)"; exit 2 ;;
+    *) echo "unknown step $step (tests|conformance|ab|host|split|bench|sweep|warmup|hf|cute)"; exit 2 ;;
   esac
 done
