@@ -322,10 +322,8 @@ def test_cute_every_build_keeps_the_wgmma_pipeline(head_dim, group, compact_grid
     from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=head_dim, q_per_kv=group, compact_grid=compact_grid)
-    spills = _ptxas_spills(_variant_ptx(config), tmp_path)
-    if spills is None:
+    if not _assert_ptxas_clean(_variant_ptx(config), tmp_path):
         pytest.skip("no ptxas that reads the DSL's PTX")
-    assert all(a == "0" and b == "0" for a, b in spills), spills
 
 
 @pytest.mark.slow
@@ -410,8 +408,7 @@ def test_cute_compile_bias_bulk(tmp_path):
     assert len(re.findall(expects, bulk)) == len(re.findall(expects, chunked)) + 2
     cp_async = r"cp\.async\.cg\.shared\.global"
     assert len(re.findall(cp_async, chunked)) - len(re.findall(cp_async, bulk)) == 2 * 17
-    spills = _ptxas_spills(bulk, tmp_path)
-    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
+    _assert_ptxas_clean(bulk, tmp_path)
 
 
 def test_cute_tma_bias_width():
@@ -441,8 +438,7 @@ def test_cute_compile_odd_rows_paired(tmp_path):
     # four band bodies (the first tile's and the loop's, masked and not) of 64 loads each
     assert len(re.findall(b16, unpaired)) == 256 and len(re.findall(b16, paired)) == 128
     assert len(re.findall(pair, unpaired)) == 0 and len(re.findall(pair, paired)) == 64
-    spills = _ptxas_spills(paired, tmp_path)
-    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
+    _assert_ptxas_clean(paired, tmp_path)
     four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
     with pytest.raises(ValueError, match="odd_rows_paired needs q_per_kv 8"):
         cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True})
@@ -462,9 +458,11 @@ def test_cute_half_tiles_skip_only_unseen_keys():
 
     tile = 128
     skipped = {"diag": 0, "edge": 0}
-    for q_len, kv_len, group, window_left in [(8192, 8192, 4, 511), (8192, 8192, 8, -1), (2048, 16384, 8, -1),
-                                              (2048, 16384, 4, 511), (300, 1000, 1, 200), (1, 5000, 8, 511),
-                                              (700, 700, 16, 63), (1500, 1500, 2, 1023)]:  # fmt: skip
+    anchors = [(8192, 8192, 4, 511), (8192, 8192, 8, -1), (2048, 16384, 8, -1), (2048, 16384, 4, 511),
+               (300, 1000, 1, 200), (1, 5000, 8, 511), (700, 700, 16, 63), (1500, 1500, 2, 1023)]  # fmt: skip
+    # every offset modulo the tile, so qa_hi and qa_lo - window meet each half's boundary exactly
+    boundaries = [(160, 160 + off, group, w) for off in range(tile) for group in (1, 8) for w in (-1, 100)]
+    for q_len, kv_len, group, window_left in anchors + boundaries:
         window = kernel_window(window_left)
         offset = kv_len - q_len
         for m in range(-(-q_len * group // tile)):
@@ -498,8 +496,7 @@ def test_cute_compile_half_edge_tiles(tmp_path):
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32", ptx)) == 8
     # QK (2 full sites) and PV (2 full sites, 3 half ones) at m64n128k16
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) == 2 * 8 + 2 * 8 + 3 * 4
-    spills = _ptxas_spills(ptx, tmp_path)  # (also fails on serialized wgmmas)
-    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
+    _assert_ptxas_clean(ptx, tmp_path)  # (also fails on serialized wgmmas)
     for debug in (dict(band_split=True, debug_acc_bias="band"), dict(debug_all_plain=True), dict(debug_no_masks=True)):
         with pytest.raises(ValueError, match="half_edge_tiles"):
             cute_fwd_sm90.RelAttnFwdSm90(config, half_edge_tiles=True, **debug)
@@ -546,8 +543,7 @@ def test_cute_compile_bias_box_rows(tmp_path):
     assert "1152" in box_bytes(one_token_boxes) and "2176" not in box_bytes(one_token_boxes)  # 4 x 144 x 2
     assert "2176" in box_bytes(boxed) and "1152" not in box_bytes(boxed)  # 8 rows x 136 x 2 bytes
     assert len(re.findall(b16, boxed)) == len(re.findall(b16, one_token_boxes)) >= 128
-    spills = _ptxas_spills(boxed, tmp_path)
-    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
+    _assert_ptxas_clean(boxed, tmp_path)
     assert "2304" in box_bytes(ptx_of(1))  # 8 rows x 144 x 2 bytes
     assert ptx_of(8, bias_box_rows=0) == ptx_of(8)
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
@@ -594,30 +590,31 @@ def test_cute_compile_bias_tma(group, width, rows, tmp_path):
     bulk = _variant_ptx(config, bias_tma=False, lean_mask=False, bias_only_past_e=False)
     fence = r"fence\.proxy\.async\.shared::cta"
     assert len(re.findall(fence, ptx)) == len(re.findall(fence, bulk))
-    spills = _ptxas_spills(ptx, tmp_path)
-    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
+    _assert_ptxas_clean(ptx, tmp_path)
 
 
-def _ptxas_spills(ptx: str, tmp_path) -> list[tuple[str, str]] | None:
-    """ptxas's (spill store bytes, spill load bytes) per function of ``ptx``; None without ptxas, or
-    with a ptxas older than the PTX's version (the H200 image's ptxas exited 255 on the DSL's PTX
-    at 52b85a0, ``meta/logs/gpu_cute_52b85a0.log``; an older ptxas refuses a newer ``.version``
-    that way). Any other ptxas error fails the test, and so does its warning that it serialized
-    the wgmmas (C7511: too few registers for the wgmma pipeline, every GEMM then waited on)."""
+def _assert_ptxas_clean(ptx: str, tmp_path) -> bool:
+    """Assemble ``ptx`` with ptxas and fail on any spill of any function; True when checked, False
+    without ptxas or with a ptxas older than the PTX's version (the H200 image's ptxas exited 255
+    on the DSL's PTX at 52b85a0, ``meta/logs/gpu_cute_52b85a0.log``; an older ptxas refuses a
+    newer ``.version`` that way). Any other ptxas error fails the test, and so does its warning
+    that it serialized the wgmmas (C7511: too few registers for the wgmma pipeline, every GEMM
+    then waited on)."""
     if shutil.which("ptxas") is None:
-        return None
+        return False
     (tmp_path / "kernel.ptx").write_text(ptx)
     result = subprocess.run(
         ["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "kernel.ptx"), "-o", str(tmp_path / "kernel.cubin")],
         capture_output=True, text=True,
     )  # fmt: skip
     if result.returncode and "Unsupported .version" in result.stderr:
-        return None
+        return False
     assert result.returncode == 0, result.stderr[-2000:]
     assert "wgmma.mma_async instructions are serialized" not in result.stderr, result.stderr[-2000:]
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.stderr)
     assert spills, result.stderr
-    return spills
+    assert all(a == "0" and b == "0" for a, b in spills), spills
+    return True
 
 
 def test_cute_compile_tma_kv(tmp_path):
@@ -643,8 +640,7 @@ def test_cute_compile_tma_kv(tmp_path):
     assert len(re.findall(r"mov\.b32\s+%r\d+, 127;\s+mbarrier\.arrive\.shared\.b64", ptx)) == 3
     # K's and V's descriptors, and the bias box's with bias_tma (in SCHEDULE since its A/B)
     assert ptx.count("prefetch.tensormap") == 2 + cute_fwd_sm90.schedule(config)["bias_tma"]
-    spills = _ptxas_spills(ptx, tmp_path)  # None without ptxas: the PTX checks above still ran
-    assert spills is None or all(a == "0" and b == "0" for a, b in spills), spills
+    _assert_ptxas_clean(ptx, tmp_path)  # False without ptxas: the PTX checks above still ran
 
 
 def test_cute_shared_memory_fits_hopper():
