@@ -63,11 +63,12 @@ def _variant_ptx(config, **variant) -> str:
 
 
 def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = None, compact_grid: bool = False,
-                      stmatrix: bool | None = None, bias_tma: bool | None = None) -> None:  # fmt: skip
+                      stmatrix: bool | None = None, bias_tma: bool | None = None, rescales: int = 2) -> None:  # fmt: skip
     """What every build of the kernel holds. ``bias_bulk``: whether the bias rows are bulk copies;
     ``bias_tma``: whether they are TMA boxes, one a token (over ``bias_bulk``; None: as in SCHEDULE);
     ``stmatrix``: whether O goes into shared memory by ``stmatrix`` (None: as in SCHEDULE);
-    ``compact_grid``: the compact grid's build (its register split)."""
+    ``compact_grid``: the compact grid's build (its register split); ``rescales``: the running O's
+    rescale sites (the loop's and the last PV's; ``half_edge_qk``'s peeled tile adds one)."""
     from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8, compact_grid=compact_grid)
@@ -105,7 +106,7 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = N
     if bias:
         assert "ld.shared" in ptx  # the softmax reads the staged bias from shared memory
     if built.get("rescale_threshold", 0.0):
-        assert len(re.findall(_VOTE, ptx)) == 2 and _threshold_literal(built["rescale_threshold"]) in ptx
+        assert len(re.findall(_VOTE, ptx)) == rescales and _threshold_literal(built["rescale_threshold"]) in ptx
 
 
 #: the warp vote before the running O's rescale (rescale_threshold): one at each rescale site, the
@@ -500,6 +501,27 @@ def test_cute_compile_half_edge_tiles(tmp_path):
     for debug in (dict(band_split=True, debug_acc_bias="band"), dict(debug_all_plain=True), dict(debug_no_masks=True)):
         with pytest.raises(ValueError, match="half_edge_tiles"):
             cute_fwd_sm90.RelAttnFwdSm90(config, half_edge_tiles=True, **debug)
+
+
+def test_cute_compile_half_edge_qk(tmp_path):
+    """``half_edge_qk`` peels the window edge's tile out of the loop: one more m64n64 QK batch (8
+    k-blocks, on K's rows 64-127, into the accumulator's last 32 registers) and the loop body's PV
+    sites once more; ptxas keeps the wgmma pipeline (no C7511, which the same batch inside the loop
+    caused) and spills nothing; without ``half_edge_tiles`` it is refused by name."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    for group in (4, 8):
+        config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
+        ptx = _variant_ptx(config, half_edge_tiles=True, half_edge_qk=True)
+        _check_hopper_ptx(ptx, rescales=3)
+        half = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32[^;]*\{([^}]*)\}", ptx)
+        assert len(half) == 2 * 8
+        # QK: 2 full sites; PV: the loop's and the peeled tile's (each full and the diagonal's half),
+        # the last PV's (full, the diagonal's half, the edge's half)
+        assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) == 2 * 8 + 2 * (8 + 4) + (8 + 2 * 4)
+        _assert_ptxas_clean(ptx, tmp_path)
+    with pytest.raises(ValueError, match="half_edge_qk needs half_edge_tiles"):
+        cute_fwd_sm90.RelAttnFwdSm90(config, half_edge_qk=True)
 
 
 def test_cute_tma_bias_width_box_rows():

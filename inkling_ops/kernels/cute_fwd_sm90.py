@@ -376,6 +376,11 @@ class RelAttnFwdSm90:
       8K sliding (window 511, 32 tokens a CTA, 5 key tiles) 128 of a KV head's 256 CTAs skip
       half of the diagonal's GEMMs and 120 half of the edge tile's PV; at 8K global 256 of 512
       CTAs skip half of the diagonal's, one of about 32 tiles.
+    - ``half_edge_qk`` (with ``half_edge_tiles``): the window edge's QK GEMM takes the seen half as
+      well, one m64n64 batch on K's rows 64-127 into the accumulator's last 32 registers. The
+      walk's last tile then runs outside the loop (a second loop of one trip when the edge's lower
+      half is unseen, else of none), with only the masked scores' body: the same batch inside the
+      loop made ptxas serialize every wgmma (C7511); peeled, it does not.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -415,7 +420,7 @@ class RelAttnFwdSm90:
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
                  debug_acc_bias: str = "", debug_no_masks: bool = False, bias_box_rows: int = 0,
-                 odd_rows_paired: bool = False, half_edge_tiles: bool = False):  # fmt: skip
+                 odd_rows_paired: bool = False, half_edge_tiles: bool = False, half_edge_qk: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -464,6 +469,9 @@ class RelAttnFwdSm90:
             raise ValueError("half_edge_tiles does not take debug_acc_bias, debug_all_plain or debug_no_masks "
                              "(the masks must set the scores it does not compute to -inf)")
         self.half_edge_tiles = half_edge_tiles
+        if half_edge_qk and not half_edge_tiles:
+            raise ValueError("half_edge_qk needs half_edge_tiles (it halves the window edge's QK as well as its PV)")
+        self.half_edge_qk = half_edge_qk
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
@@ -1092,10 +1100,11 @@ class RelAttnFwdSm90:
             # the diagonal's QK over K's rows 0-63 of a stage (m64n64), into the first 32 accumulator
             # registers (the n128 accumulator holds columns 8g..8g+7 in registers 4g..4g+3)
             wg_mma_half = tiled_mma_qk_half.get_slice(wg_layout(wg_idx))
-            sK_lower = cute.flat_divide(sK, (tile_n // 2,))[None, 0, None, None]  # (64, head_dim, STAGES)
+            sK_halves = cute.flat_divide(sK, (tile_n // 2,))  # (64, 2, head_dim, STAGES): K's rows 0-63, 64-127
             half_qk = (
                 wg_mma_half.make_fragment_A(wg_mma_half.partition_A(sQ)),
-                wg_mma_half.make_fragment_B(wg_mma_half.partition_B(sK_lower)),
+                wg_mma_half.make_fragment_B(wg_mma_half.partition_B(sK_halves[None, 0, None, None])),
+                wg_mma_half.make_fragment_B(wg_mma_half.partition_B(sK_halves[None, 1, None, None])),
                 tiled_mma_qk_half.partition_shape_C((tile_m, tile_n // 2)),
             )
         acc_O = cute.make_rmem_tensor(tiled_mma_pv.partition_shape_C((tile_m, self.head_dim)), Float32)
@@ -1141,40 +1150,52 @@ class RelAttnFwdSm90:
                          plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
-            for it in cutlass.range(1, n_tiles, unroll=1):
-                n = n_end - 1 - it
-                stage = it % STAGES
-                k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
-                v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
-                self._wait_tile(pipe_k, k_state, n, kv_len, page_size)
-                # S of this tile (a fresh accumulator: see fresh_scores)
-                acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
-                acc_biased = self._acc_bias(acc_T, sB, pipe_b, it, n, num_band, bias_lo, bias_hi, b_half, tidx)
-                self._sched_wait(wg_idx)
-                # (half_edge_tiles: the window edge's QK stays whole; an m64n64 batch in the loop made
-                # ptxas serialize every wgmma of the kernel, C7511)
-                self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True, acc_biased)
-                if const_expr(self.late_rescale):
-                    self._rescale_o(acc_O, row_scale)
-                self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
-                if const_expr(self.half_edge_tiles):
-                    # P of the previous tile: the diagonal's (the walk's first) may be half a tile
-                    if diag_half and it == 1:
-                        self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False, k_half=0)
+            # the walk's later tiles; with half_edge_qk, when the window edge's lower half is
+            # seen by no row, its tile is peeled out of the loop (a second loop of one trip), so
+            # that its QK can be one m64n64 batch on the upper half: inside the loop such a batch
+            # made ptxas serialize every wgmma (C7511)
+            loop_end = n_tiles
+            if const_expr(self.half_edge_qk):
+                loop_end = cutlass.select_(edge_half, n_tiles - 1, n_tiles)
+            for walk in cutlass.range_constexpr(2 if const_expr(self.half_edge_qk) else 1):
+                peeled = walk == 1
+                for it in cutlass.range(loop_end if const_expr(peeled) else 1, n_tiles if const_expr(peeled) else loop_end, unroll=1):
+                    n = n_end - 1 - it
+                    stage = it % STAGES
+                    k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
+                    v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
+                    self._wait_tile(pipe_k, k_state, n, kv_len, page_size)
+                    # S of this tile (a fresh accumulator: see fresh_scores)
+                    acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
+                    self._sched_wait(wg_idx)
+                    if const_expr(peeled):
+                        # the window edge: no bias in the accumulator (a masked tile)
+                        self._gemm_half(tiled_mma_qk_half, acc_T, half_qk, stage, upper=True)
+                    else:
+                        acc_biased = self._acc_bias(acc_T, sB, pipe_b, it, n, num_band, bias_lo, bias_hi, b_half, tidx)
+                        self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True, acc_biased)
+                    if const_expr(self.late_rescale):
+                        self._rescale_o(acc_O, row_scale)
+                    self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
+                    if const_expr(self.half_edge_tiles):
+                        # P of the previous tile: the diagonal's (the walk's first) may be half a tile
+                        if diag_half and it == 1:
+                            self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False, k_half=0)
+                        else:
+                            self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
                     else:
                         self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
-                else:
-                    self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
-                self._sched_signal(wg_idx, True)
-                warpgroup.wait_group(1)
-                self._release(pipe_k, k_state)
-                self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
-                warpgroup.wait_group(0)
-                self._release(pipe_v, v_state)
-                if const_expr(not self.late_rescale):
-                    self._rescale_o(acc_O, row_scale)
-                self._to_operand(acc_T, rP)
+                    self._sched_signal(wg_idx, True)
+                    warpgroup.wait_group(1)
+                    self._release(pipe_k, k_state)
+                    self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
+                                 plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
+                                 masked_only=peeled)  # fmt: skip
+                    warpgroup.wait_group(0)
+                    self._release(pipe_v, v_state)
+                    if const_expr(not self.late_rescale):
+                        self._rescale_o(acc_O, row_scale)
+                    self._to_operand(acc_T, rP)
 
             # last PV
             last = n_tiles - 1
@@ -1345,15 +1366,20 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, plain_lo,
-                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
+                masked_only: cutlass.Constexpr = False):  # fmt: skip
         """Scores of key tile ``n`` to probabilities, in place: plain tiles scale only; band tiles
         mask and add the staged bias (waiting for it when the tile stages any: ``bias_use`` is its
-        index among the walk's band tiles, ``num_band`` or more when it stages none)."""
-        tile_n = self.tile_n
+        index among the walk's band tiles, ``num_band`` or more when it stages none). With
+        ``masked_only`` the caller knows some key of the tile is invisible (``half_edge_qk``'s
+        window edge), so neither plain nor, with ``band_split``, unmasked: only the masked body."""
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
         if const_expr(self.debug_all_plain):
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
+        elif const_expr(masked_only):
+            self._masked_scores(acc_S_mn, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n,
+                                num_band, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
         elif is_plain:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
         elif const_expr(self.band_split):
@@ -1371,6 +1397,21 @@ class RelAttnFwdSm90:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
+            self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window, kv_len,
+                              scale_log2, b_half, True, True)  # fmt: skip
+            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
+
+    @cute.jit
+    def _masked_scores(self, acc_S_mn, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n,
+                       num_band, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
+        """A masked tile's scores (:meth:`_scores`'s last two bodies) to probabilities: with
+        ``band_split`` in natural units (the softmax's exp2 multiply-add applies log2(e)), else in
+        log2 units. (``half_edge_qk``, which calls it, refuses the debug options.)"""
+        if const_expr(self.band_split):
+            self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
+                              kv_len, scale_log2 * (1.0 / LOG2_E), b_half, True, False)  # fmt: skip
+            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
+        else:
             self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window, kv_len,
                               scale_log2, b_half, True, True)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
@@ -1554,13 +1595,17 @@ class RelAttnFwdSm90:
         warpgroup.commit_group()
 
     @cute.jit
-    def _gemm_half(self, tiled_mma_half, acc, half_qk, stage):
+    def _gemm_half(self, tiled_mma_half, acc, half_qk, stage, upper: cutlass.Constexpr = False):
         """``half_edge_tiles``' diagonal tile: S = Q K^T over K's rows 0-63 of ``stage`` only (one
-        m64n64 batch), into ``acc``'s first 32 registers, those of columns 0-63; the others are
-        not written. Outside the loop only (in it, ptxas serialized every wgmma: C7511)."""
-        tQ, tK_lower, half_shape = half_qk
-        lower = cute.make_tensor(acc.iterator, cute.make_layout(half_shape))
-        self._gemm(tiled_mma_half, lower, tQ, tK_lower[None, None, None, stage], True)
+        m64n64 batch), into ``acc``'s first 32 registers, those of columns 0-63; with ``upper``
+        (``half_edge_qk``'s window edge) over rows 64-127 into the last 32, those of columns
+        64-127. The others are not written. Outside the loop only (in it, ptxas serialized every
+        wgmma: C7511)."""
+        tQ, tK_lower, tK_upper, half_shape = half_qk
+        part = cute.make_tensor(acc.iterator + (cute.size(half_shape) if const_expr(upper) else 0),
+                                cute.make_layout(half_shape))  # fmt: skip
+        tK = tK_upper if const_expr(upper) else tK_lower
+        self._gemm(tiled_mma_half, part, tQ, tK[None, None, None, stage], True)
 
     @cute.jit
     def _softmax_step(self, s_mn, row_max, row_sum, row_scale, scale):

@@ -104,6 +104,9 @@ VARIANTS = {
     # the edge tiles' unseen halves skipped: the diagonal's upper 64 keys or the window edge's
     # lower 64 when no row of the CTA sees them (m64n64 QK, half the PV k-blocks)
     "halfedge": dict(half_edge_tiles=True),
+    # halfedge with the window edge's QK halved too (m64n64 on K's rows 64-127), its tile peeled
+    # out of the loop when no row sees its lower half
+    "halfedge_qk": dict(half_edge_tiles=True, half_edge_qk=True),
     # the build with the masked tiles' select dropped (timing only): the masks' share in the build,
     # as abn_nomask gives it over acc_band_nostage
     "nomask": dict(debug_no_masks=True),
