@@ -524,6 +524,60 @@ def test_cute_compile_half_edge_qk(tmp_path):
         cute_fwd_sm90.RelAttnFwdSm90(config, half_edge_qk=True)
 
 
+def test_cute_compile_q_in_regs(tmp_path):
+    """``q_in_regs``: every QK batch reads Q's A fragment from registers (wgmma RS: a register
+    operand before K's descriptor), loaded once by 8 ``ldmatrix.x4`` a thread; the PV batches are
+    RS as in the build; ptxas keeps the wgmma pipeline and spills nothing at ``G`` 4 and 8. The
+    build's QK batches read Q from shared memory (two descriptors)."""
+    rs = r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 \{[^}]*\}, \{[^}]*\}, %rd"
+    ss = r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 \{[^}]*\}, %rd\d+, %rd"
+    ldsm = r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16"
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    for group in (4, 8):
+        config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
+        build, ptx = _variant_ptx(config), _variant_ptx(config, q_in_regs=True)
+        _check_hopper_ptx(ptx)
+        assert len(re.findall(rs, build)) == 2 * 8 and len(re.findall(ss, build)) == 2 * 8  # PV RS, QK SS
+        assert len(re.findall(rs, ptx)) == 4 * 8 and len(re.findall(ss, ptx)) == 0
+        assert len(re.findall(ldsm, ptx)) == len(re.findall(ldsm, build)) + 8
+        _assert_ptxas_clean(ptx, tmp_path)
+
+
+@pytest.mark.filterwarnings("ignore:This static loop has")  # 256 x 32 trace-time checks, no code
+def test_cute_half_accumulator_is_the_full_ones_half():
+    """What ``half_edge_tiles`` and ``half_edge_qk`` assume of the wgmma accumulators the kernel
+    builds: for every consumer thread, register ``i`` of the m64n64 QK accumulator holds the same
+    (row, column) as register ``i`` of the m64n128 one, and register ``i + 32`` of the m64n128 one
+    holds that element 64 columns to the right. So an m64n64 batch written at the accumulator's
+    start fills columns 0-63, and one written 32 registers in fills columns 64-127."""
+    import cutlass
+    import cutlass.cute as cute
+    import cutlass.utils.hopper_helpers as hopper
+    from cutlass import Float32
+
+    from inkling_ops.kernels import cute_runtime
+
+    found = []
+
+    @cute.jit
+    def check():
+        bf16, K = cutlass.BFloat16, cute.nvgpu.OperandMajorMode.K
+        full = hopper.make_trivial_tiled_mma(bf16, bf16, K, K, Float32, atom_layout_mnk=(2, 1, 1), tiler_mn=(64, 128))
+        half = hopper.make_trivial_tiled_mma(bf16, bf16, K, K, Float32, atom_layout_mnk=(2, 1, 1), tiler_mn=(64, 64))
+        half_size = cute.size(half.partition_shape_C((128, 64)))
+        c_full, c_half = cute.make_identity_tensor((128, 128)), cute.make_identity_tensor((128, 64))
+        for t in cutlass.range_constexpr(256):
+            t_full, t_half = full.get_slice(t).partition_C(c_full), half.get_slice(t).partition_C(c_half)
+            for i in cutlass.range_constexpr(half_size):
+                row, col = t_half[i]
+                found.append((t_full[i] == (row, col)) and (t_full[i + half_size] == (row, col + 64)))
+        found.append(half_size == 32 and cute.size(full.partition_shape_C((128, 128))) == 64)
+
+    cute_runtime.compile_with(lambda flags: cute.compile(check, options=flags), arch="sm_90a")
+    assert len(found) == 256 * 32 + 1 and all(found)
+
+
 def test_cute_tma_bias_width_box_rows():
     """With ``bias_box_rows``, a box's later tokens read from its first token's slice start: every
     element any of its rows reads lies inside the row, and the box is whole 128-byte lines."""

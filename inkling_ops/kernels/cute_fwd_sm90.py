@@ -371,8 +371,9 @@ class RelAttnFwdSm90:
       other registers are not written, and the masks set those scores to -inf (no row sees those
       keys), so they never reach P. When no row sees the lower 64 keys of the window's edge tile
       (``qa_lo - window`` in the tile's upper half), its PV GEMM takes P's last 4 k-blocks (P is
-      0 in the others); its QK stays whole, because an m64n64 batch inside the loop made ptxas
-      serialize every wgmma of the kernel (C7511, too few registers for the wgmma pipeline). At
+      0 in the others); its QK stays whole (unless ``half_edge_qk``), because an m64n64 batch
+      inside the loop made ptxas serialize every wgmma of the kernel (C7511, too few registers for
+      the wgmma pipeline). At
       8K sliding (window 511, 32 tokens a CTA, 5 key tiles) 128 of a KV head's 256 CTAs skip
       half of the diagonal's GEMMs and 120 half of the edge tile's PV; at 8K global 256 of 512
       CTAs skip half of the diagonal's, one of about 32 tiles.
@@ -381,6 +382,14 @@ class RelAttnFwdSm90:
       walk's last tile then runs outside the loop (a second loop of one trip when the edge's lower
       half is unseen, else of none), with only the masked scores' body: the same batch inside the
       loop made ptxas serialize every wgmma (C7511); peeled, it does not.
+    - ``q_in_regs``: the QK GEMM reads Q from registers (wgmma RS), each consumer thread loading
+      its 32 registers of Q's A fragment from the Q tile once (8 ``ldmatrix.x4``) before its walk;
+      the build reads Q from shared memory at every QK GEMM (SS), 2 KB of each m64n128k16's 6 KB
+      of operands. For band tiles, whose shared-memory traffic (GEMM operands, K/V and bias
+      writes, bias loads) by arithmetic exceeds their tensor time, that is a third less of the QK
+      GEMMs' reads. The edge tiles' m64n64 batches (``half_edge_tiles``) still read Q from shared
+      memory. ptxas: no spills at ``G`` 1, 2, 4, 8 and 16 (head_dim 128 and 64), 8-24 bytes of
+      spill stores at ``G`` 3 and 6 (head_dim 128).
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -420,7 +429,8 @@ class RelAttnFwdSm90:
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
                  debug_acc_bias: str = "", debug_no_masks: bool = False, bias_box_rows: int = 0,
-                 odd_rows_paired: bool = False, half_edge_tiles: bool = False, half_edge_qk: bool = False):  # fmt: skip
+                 odd_rows_paired: bool = False, half_edge_tiles: bool = False, half_edge_qk: bool = False,
+                 q_in_regs: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -472,6 +482,7 @@ class RelAttnFwdSm90:
         if half_edge_qk and not half_edge_tiles:
             raise ValueError("half_edge_qk needs half_edge_tiles (it halves the window edge's QK as well as its PV)")
         self.half_edge_qk = half_edge_qk
+        self.q_in_regs = q_in_regs
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
@@ -555,6 +566,7 @@ class RelAttnFwdSm90:
         tiled_mma_qk = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
             atom_layout_mnk=(self.tile_m // 64, 1, 1), tiler_mn=(64, self.tile_n),
+            a_source=warpgroup.OperandSource.RMEM if const_expr(self.q_in_regs) else warpgroup.OperandSource.SMEM,
         )  # fmt: skip
         tiled_mma_pv = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.MN, Float32,
@@ -1091,7 +1103,14 @@ class RelAttnFwdSm90:
         thr_mma_qk = tiled_mma_qk.get_slice(tidx)
         wg_mma_qk = tiled_mma_qk.get_slice(wg_layout(wg_idx))
         wg_mma_pv = tiled_mma_pv.get_slice(wg_layout(wg_idx))
-        tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
+        if const_expr(self.q_in_regs):
+            # Q's A fragment in registers for the whole walk (wgmma RS), by ldmatrix from sQ
+            tSrQ = thr_mma_qk.make_fragment_A(thr_mma_qk.partition_A(sQ))
+            ldsm = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
+            thr_ldsm = cute.make_tiled_copy_A(ldsm, tiled_mma_qk).get_slice(tidx)
+            cute.copy(thr_ldsm, thr_ldsm.partition_S(sQ), thr_ldsm.retile(tSrQ))
+        else:
+            tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
         tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
         tiled_mma_qk_half, diag_half, edge_half = halves
@@ -1481,6 +1500,8 @@ class RelAttnFwdSm90:
                     if const_expr(self.debug_no_masks):
                         acc_S_mn[i, j] = s
                     else:
+                        # (half_edge_tiles: the scores of an unseen half were never written; every
+                        # row, padding rows too, finds them invisible here, so they become -inf)
                         acc_S_mn[i, j] = s if visible else -Float32.inf
                 else:
                     acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
@@ -1599,8 +1620,8 @@ class RelAttnFwdSm90:
         """``half_edge_tiles``' diagonal tile: S = Q K^T over K's rows 0-63 of ``stage`` only (one
         m64n64 batch), into ``acc``'s first 32 registers, those of columns 0-63; with ``upper``
         (``half_edge_qk``'s window edge) over rows 64-127 into the last 32, those of columns
-        64-127. The others are not written. Outside the loop only (in it, ptxas serialized every
-        wgmma: C7511)."""
+        64-127. The others are not written. Never in the main loop (there ptxas serialized every
+        wgmma: C7511): the diagonal's before it, the edge's in the one-trip loop after it."""
         tQ, tK_lower, tK_upper, half_shape = half_qk
         part = cute.make_tensor(acc.iterator + (cute.size(half_shape) if const_expr(upper) else 0),
                                 cute.make_layout(half_shape))  # fmt: skip

@@ -107,6 +107,9 @@ VARIANTS = {
     # halfedge with the window edge's QK halved too (m64n64 on K's rows 64-127), its tile peeled
     # out of the loop when no row sees its lower half
     "halfedge_qk": dict(half_edge_tiles=True, half_edge_qk=True),
+    # Q's A fragment held in registers for the walk (wgmma RS for QK): a third less of the QK
+    # GEMMs' shared-memory reads
+    "qregs": dict(q_in_regs=True),
     # the build with the masked tiles' select dropped (timing only): the masks' share in the build,
     # as abn_nomask gives it over acc_band_nostage
     "nomask": dict(debug_no_masks=True),
