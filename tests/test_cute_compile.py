@@ -440,12 +440,97 @@ def test_cute_compile_odd_rows_paired(tmp_path):
     assert len(re.findall(b16, unpaired)) == 256 and len(re.findall(b16, paired)) == 128
     assert len(re.findall(pair, unpaired)) == 0 and len(re.findall(pair, paired)) == 64
     _assert_ptxas_clean(paired, tmp_path)
+    two = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=2)
+    with pytest.raises(ValueError, match="odd_rows_paired needs q_per_kv 8 or 4"):
+        cute_fwd_sm90.RelAttnFwdSm90(two, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True})
     four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
-    with pytest.raises(ValueError, match="odd_rows_paired needs q_per_kv 8"):
-        cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True})
-    assert "odd_rows_paired" not in cute_fwd_sm90.schedule(four)
+    assert "odd_rows_paired" not in cute_fwd_sm90.schedule(four)  # under trial at G 4
     with pytest.raises(ValueError, match="odd_rows_paired needs one token a bias box"):
         cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "bias_box_rows": 16})
+    with pytest.raises(ValueError, match="odd_rows_paired needs one token a bias box"):
+        cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True})  # 8-row boxes
+    with pytest.raises(ValueError, match="odd_rows_paired at q_per_kv 4 needs bias_tma"):
+        cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True, "bias_tma": False,
+                                              "bias_box_rows": 0})  # fmt: skip
+
+
+def test_cute_compile_odd_rows_paired_g4(tmp_path):
+    """``odd_rows_paired`` at ``G`` 4 (one token a box): the band bodies' loads as at ``G`` 8 (16
+    word loads and 32 16-bit ones a thread a body), one TMA box a token, no spills."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
+    ptx = _variant_ptx(four, odd_rows_paired=True, bias_box_rows=0)
+    assert len(re.findall(r"ld\.shared\.b16", ptx)) == 128 and len(re.findall(r"ld\.shared\.v2\.b16", ptx)) == 64
+    _check_hopper_ptx(ptx)
+    _assert_ptxas_clean(ptx, tmp_path)
+
+
+def _bias_load_wavefronts(kernel, offset: int, m_block: int, n0: int) -> list[int]:
+    """Per consumer warp of M tile ``m_block``, the shared-memory wavefronts of its bias loads over
+    one band tile at key ``n0``, from the kernel's own formulas (the rows' tokens, their boxes'
+    slice starts and shifts, the buffer's row width), as ``_band_scores`` reads them: lane ``l`` holds rows ``8 i + l / 4`` of its warp's 16 and
+    columns ``2 (l % 4) + 8 k + b``; with ``odd_rows_paired`` rows ``i = 0`` read each column pair
+    as one 32-bit word. A load takes as many wavefronts as the most distinct words one bank holds.
+    Asserts every element read lies inside its row and every paired row has an odd ``q_abs``."""
+    width, paired = kernel.bias_width, kernel.odd_rows_paired
+    per_warp = []
+    for warp in range(kernel.tile_m // 16):
+        waves = 0
+        for i in range(2):
+            for k in range(kernel.tile_n // 8):
+                for b in range(1 if paired and i == 0 else 2):
+                    banks: dict[int, set[int]] = {}
+                    for lane in range(32):
+                        r = 16 * warp + 8 * i + lane // 4
+                        qa = offset + kernel._token(m_block * kernel.tile_m + r, offset)
+                        q_box = qa - (r // kernel.group) % kernel.box_tokens  # the box's first token's
+                        d0 = kernel._slice_start(q_box, n0) - kernel._row_shift(r)
+                        element = qa - n0 - (2 * (lane % 4) + 8 * k + b) - d0
+                        if paired and i == 0:
+                            assert qa % 2 == 1, (offset, m_block, r)
+                            element -= 1
+                        assert 0 <= element and element + (paired and i == 0) < width, (offset, m_block, r, element)
+                        word = (r * width + element) // 2
+                        banks.setdefault(word % 32, set()).add(word)
+                    waves += max(len(words) for words in banks.values())
+        per_warp.append(waves)
+    return per_warp
+
+
+def test_cute_odd_rows_paired_g4_rows_and_banks():
+    """``odd_rows_paired`` at ``G`` 4, by the kernel's own formulas: each 64 rows hold their 16
+    tokens four times (heads ``row % 4``), each warp's first 8 rows two odd-``q_abs`` tokens 8
+    apart, and a warp's bias loads of a band tile take 48 wavefronts (one a load), against 96
+    with the build's 8-row boxes and 64 with ``G`` 8's pairing. Breaking the row order or the
+    shift makes the loads conflict."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
+    kernel = cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.schedule(four), "odd_rows_paired": True,
+                                                  "bias_box_rows": 0})  # fmt: skip
+    build = cute_fwd_sm90.RelAttnFwdSm90(four, **cute_fwd_sm90.schedule(four))
+    assert kernel.bias_width == 144
+    for offset in range(8):
+        for group in range(3):
+            rows = range(64 * group, 64 * group + 64)
+            tokens = [kernel._token(row, offset) for row in rows]
+            assert sorted(tokens) == sorted(list(range(16 * group, 16 * group + 16)) * 4)
+            for row in rows:
+                if row % 16 < 8:
+                    assert (offset + kernel._token(row, offset)) % 2 == 1
+                if row % 8 >= 4:
+                    assert kernel._token(row, offset) == kernel._token(row - 4, offset) + 8
+    for offset in (0, 1, 2, 5, 100, 1023):
+        for m_block in (0, 1, 3):
+            for n0 in (0, 128, 1024):
+                if offset + m_block * 32 < n0:
+                    continue
+                assert _bias_load_wavefronts(kernel, offset, m_block, n0) == [48] * 8
+    # the build's 8-row boxes at G 4 (1.5 wavefronts a load: the two tokens of a box half a word apart)
+    assert sum(_bias_load_wavefronts(build, 5, 1, 128)) / 8 == 96
+
+
 
 
 def test_cute_half_tiles_skip_only_unseen_keys():

@@ -109,9 +109,10 @@ def schedule(config: "CuteFwdConfig") -> dict:
 
 def _without_moot(options: dict, config: "CuteFwdConfig", keep=()) -> dict:
     """``options`` less those with nothing to act on at ``config``: ``bias_box_rows`` without
-    ``bias_tma`` (a shape of its boxes), ``odd_rows_paired`` below or above ``q_per_kv`` 8 (a row
-    order for 8 alone); the keys in ``keep`` stay (asked for explicitly, the kernel refuses them
-    by name). Pure."""
+    ``bias_tma`` (a shape of its boxes), ``odd_rows_paired`` at any ``q_per_kv`` but 8 (the
+    build's row order for 8; the kernel's for 4, under trial, needs one token a box, so it is
+    asked for explicitly with ``bias_box_rows=0``); the keys in ``keep`` stay (asked for
+    explicitly; the kernel refuses those that do not apply, by name). Pure."""
     moot = set()
     if not options.get("bias_tma"):
         moot.add("bias_box_rows")
@@ -356,14 +357,20 @@ class RelAttnFwdSm90:
       wavefronts at ``G`` 4, 3.8 at 2, 7.5 at 1 (1 at 8 and 16; ``meta/tools/bias_banks.py``);
       with 8-row boxes of 136 distances at ``G`` 4 it takes 1.5 (2 at ``G`` 2 and 1), and a
       producer warp issues 4 boxes instead of ``32 / G``.
-    - ``odd_rows_paired`` (``G`` 8 only): in each 16 rows of the M tile the token whose ``q_abs``
-      is odd takes the first 8 (the accumulator's rows ``r``, its other token rows ``r + 8``),
-      swapping the two tokens of every pair when the request's ``offset`` is even
-      (:meth:`_token`). A thread's two bias values of a column pair, distances ``d`` and
-      ``d - 1``, are then one aligned 32-bit word in its first row (``d`` odd, the slice start
-      even), read with one load instead of two: 48 shared loads a band tile a thread instead of
-      64, a quarter fewer bias wavefronts. Q's gather, O's store, the rows' ``q_abs`` and the
-      bias boxes all take the swapped order.
+    - ``odd_rows_paired`` (``G`` 8, and ``G`` 4 with ``bias_tma`` and one token a box): in each
+      16 rows of the M tile (one warp's) the first 8 hold odd ``q_abs`` (the accumulator's rows
+      ``r``, a thread's other rows ``r + 8`` the even ones). At ``G`` 8 the two tokens of every
+      pair are swapped when the request's ``offset`` is even. At ``G`` 4 a warp's first 8 rows
+      hold two odd tokens 8 apart (``t`` and ``t + 8``, so the two sit the same offset from their
+      8-aligned slice starts) and the boxes of each 8's second token start 8 distances lower
+      (:meth:`_row_shift`), so its values lie 4 words along its rows: with rows 144 distances
+      (72 words, 8 banks) apart, a warp's loads read 32 distinct banks (``t`` and ``t + 2``, one
+      word apart, could not: ``meta/tools/bias_banks.py``). A thread's two bias values of a column
+      pair, distances ``d`` and ``d - 1``, are then one aligned 32-bit word in its first row
+      (``d`` odd, the slice start even), read with one load instead of two: 48 shared loads a
+      band tile a thread instead of 64, and at ``G`` 4 48 wavefronts a warp instead of 8-row
+      boxes' 96. Q's gather, O's store, the rows' ``q_abs`` and the bias boxes all take the
+      rows' order (:meth:`_token`).
     - ``half_edge_tiles``: a CTA's edge tiles multiply only the half of their keys that any of
       its rows can see (:func:`half_tiles`). When no row sees the upper 64 keys of the diagonal
       tile (``qa_hi`` in the tile's lower half), its QK GEMM is one m64n64 batch on K's rows 0-63
@@ -468,9 +475,12 @@ class RelAttnFwdSm90:
             self.bias_width = tma_bias_width(config.tile_n, config.q_per_kv, box_rows=self.box_rows)
         elif bias_box_rows:
             raise ValueError(f"bias_box_rows is {bias_box_rows}; it needs bias_tma (it shapes the TMA boxes)")
-        if odd_rows_paired and config.q_per_kv != 8:
-            raise ValueError(f"odd_rows_paired needs q_per_kv 8 (a token's rows fill a warp's 8 rows of one "
-                             f"accumulator half); it is {config.q_per_kv}")
+        if odd_rows_paired and config.q_per_kv not in (4, 8):
+            raise ValueError(f"odd_rows_paired needs q_per_kv 8 or 4 (one or two tokens' rows fill a warp's 8 rows "
+                             f"of one accumulator half); it is {config.q_per_kv}")
+        if odd_rows_paired and config.q_per_kv == 4 and not bias_tma:
+            raise ValueError("odd_rows_paired at q_per_kv 4 needs bias_tma (its shifted slices need rows of "
+                             f"{tma_bias_width(config.tile_n, 4)} distances, one token a box)")
         if odd_rows_paired and self.box_tokens > 1:
             raise ValueError(f"odd_rows_paired needs one token a bias box; bias_box_rows is {bias_box_rows} "
                              f"({self.box_tokens} tokens at q_per_kv {config.q_per_kv})")
@@ -721,7 +731,7 @@ class RelAttnFwdSm90:
 
             # -------- tile ranges (uniform over the CTA) --------
             offset = kv_len - q_len  # q_abs = offset + token
-            # (odd_rows_paired swaps tokens within pairs that never cross an M tile: same range)
+            # (odd_rows_paired reorders tokens within an M tile's 64-row halves: same range)
             tok_lo = m_block * tile_m // G
             tok_hi = cutlass.min((m_block * tile_m + tile_m - 1) // G, q_len - 1)
             qa_lo = offset + tok_lo
@@ -959,7 +969,7 @@ class RelAttnFwdSm90:
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
             tok = self._token(row, offset)
-            d0 = self._slice_start(offset + tok, n0)
+            d0 = self._slice_start(offset + tok, n0) - self._row_shift(r)
             if const_expr(self.bias_bulk):
                 self._bulk_bias_row(mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent)
             elif tok < staged_len:
@@ -1012,7 +1022,8 @@ class RelAttnFwdSm90:
             r = warp_row0 + k * R
             tok = self._token(m_block * self.tile_m + r, offset)  # the box's first token: its slice start is the box's
             if tok < staged_len:
-                gB = cute.domain_offset((self._slice_start(offset + tok, n0), q_head0, q_start + tok), tRel)
+                d0 = self._slice_start(offset + tok, n0) - self._row_shift(r)
+                gB = cute.domain_offset((d0, q_head0, q_start + tok), tRel)
                 if const_expr(self.box_tokens > 1):
                     gBox = cute.local_tile(gB, box_shape, (0, 0, 0))
                 else:
@@ -1464,10 +1475,11 @@ class RelAttnFwdSm90:
             q_box = qa
             if const_expr(self.box_tokens > 1):
                 q_box = qa - (r // self.group) % self.box_tokens
+            # element c's distance qa - n0 - c, from the row's slice start (d0, less its shift)
+            base = qa - n0 - self._slice_start(q_box, n0) + self._row_shift(r)
             if const_expr(masked and self.lean_mask and not no_bias):
                 # outside the band the row of zeros: nothing was staged for this tile
                 r = cutlass.select_(in_band, r, Int32(self.zero_row))
-            base = qa - n0 - self._slice_start(q_box, n0)  # element c's distance qa - n0 - c, from d0
             cols = cute.size(tScS_mn, mode=[1])
             paired = self.odd_rows_paired and i == 0 and not no_bias
             if const_expr(paired):
@@ -1543,16 +1555,33 @@ class RelAttnFwdSm90:
         ptr = cute.make_ptr(mX.element_type, address, cute.AddressSpace.gmem, assumed_align=16)
         return cute.make_tensor(ptr, like.layout)
 
-    @cute.jit
     def _token(self, row, offset):
-        """The request's token of packed row ``row`` (counted from the request's first): ``row // G``,
-        with ``odd_rows_paired`` the two tokens of each pair swapped when ``offset`` is even (the
-        M tile starts at an even token, 16 a tile at ``G`` 8), so the first of each 16 rows has
-        an odd ``q_abs = offset + token``."""
+        """The request's token of packed row ``row`` (counted from the request's first): ``row // G``;
+        with ``odd_rows_paired`` the rows of each 16 (one warp's) whose first 8 hold odd ``q_abs =
+        offset + token`` (the M tile starts at an even token). At ``G`` 8 the two tokens of each pair
+        are swapped when ``offset`` is even. At ``G`` 4 each 64 rows hold 16 tokens ``b .. b + 15``;
+        the warp ``w`` of them takes ``b + 2w``, ``b + 2w + 1`` and the two 8 tokens on, its first 8
+        rows the odd pair (``t`` and ``t + 8``: rows 0-3 and 4-7), its last 8 the even one; a
+        bijection of each 64 rows' tokens. Integer work only, so the tests call it with ints."""
         tok = row // self.group
-        if const_expr(self.odd_rows_paired):
+        if const_expr(self.odd_rows_paired and self.group == 4):
+            # in bits (row >= 0): token bits 4.. = row bits 6.., bit 3 = row bit 2 (the 8 on), bits
+            # 1-2 = row bits 4-5 (the warp), bit 0 = row bit 3 (the 8 rows) made odd-first
+            tok = ((row >> 2) & ~15) | ((row << 1) & 8) | ((row >> 3) & 6) | (((row >> 3) & 1) ^ ((offset + 1) & 1))
+        elif const_expr(self.odd_rows_paired):
             tok = tok ^ ((offset + 1) & 1)
         return tok
+
+    def _row_shift(self, r):
+        """Distances the staged slice of tile row ``r`` starts below :meth:`_slice_start`: with
+        ``odd_rows_paired`` at ``G`` 4, 8 for the rows of a warp's second token of a parity (rows
+        4-7 of each 8), so that its values lie 4 words along the row from where its partner's do
+        (``t`` and ``t + 8`` have the same offset from their slice starts): with rows 144
+        distances (72 words) apart, a warp's 8 rows of a parity then read 32 distinct banks.
+        Else 0."""
+        if const_expr(self.odd_rows_paired and self.group == 4):
+            return (r << 1) & CHUNK  # row bit 2, as 8
+        return 0
 
     @cute.jit
     def _chunk_at(self, mX: cute.Tensor, tQcQ, m: cutlass.Constexpr, m_block, q_start, q_head0, offset):

@@ -15,9 +15,13 @@ warp's band tile, the mean over the 16 roundings of ``q_abs``:
 - 8-row boxes (``bias_box_rows=8``), 16-bit loads;
 - at ``G`` 8, ``odd_rows_paired``: rows ``i = 0`` hold the odd-``q_abs`` token and read each column
   pair as one 32-bit word, rows ``i = 1`` 16-bit loads as before;
-- at ``G`` 4, the same pairing would need rows ``i = 0`` to hold two tokens of one parity, ``t`` and
+- at ``G`` 4, the same pairing with rows ``i = 0`` holding two tokens of one parity ``t`` and
   ``t + 2`` (one 8-row box of both from ``t``'s start, rows ``tma_bias_width`` wide for 3 tokens'
-  reach), rows ``i = 1`` the other two: not built, modelled to show it gains nothing.
+  reach), rows ``i = 1`` the other two: not built, modelled to show it gains nothing (the two are
+  one word apart);
+- at ``G`` 4, ``odd_rows_paired`` as built (2026-12-04, twelfth day): rows ``i = 0`` hold ``t`` and
+  ``t + 8``, one token a box (144 wide), the second token's box starting 8 distances lower.
+  ``tests/test_cute_compile.py`` checks the same count from the kernel's own formulas.
 """
 
 from __future__ import annotations
@@ -41,11 +45,13 @@ def _wavefronts(words_of_lanes: list[tuple[int, int]]) -> int:
     return max(len(words) for words in banks.values())
 
 
-def tile(group: int, width: int, row_token, box_first, paired_rows: tuple[int, ...], q_first: int) -> tuple[int, int]:
+def tile(group: int, width: int, row_token, box_first, paired_rows: tuple[int, ...], q_first: int,
+         row_shift=lambda r: 0) -> tuple[int, int]:  # fmt: skip
     """(load instructions, wavefronts) of warp 0's band tile at ``n0 = 0``. ``row_token(r)``: the token
     (from the warp's first, whose ``q_abs`` is ``q_first``) of tile row ``r``; ``box_first(r)``: the
     token whose slice start row ``r``'s box took; ``paired_rows``: the ``i`` whose rows read 32-bit
-    words (their ``q_abs`` must be odd)."""
+    words (their ``q_abs`` must be odd); ``row_shift(r)``: distances row ``r``'s box starts below
+    that slice start (a multiple of 8)."""
     loads = waves = 0
     for i in range(2):
         for k in range(TILE_N // 8):
@@ -54,7 +60,7 @@ def tile(group: int, width: int, row_token, box_first, paired_rows: tuple[int, .
                 for lane in range(32):
                     row = 8 * i + lane // 4
                     q_abs = q_first + row_token(row)
-                    d0 = (q_first + box_first(row) - TILE_N + 1) & ~(CHUNK - 1)
+                    d0 = ((q_first + box_first(row) - TILE_N + 1) & ~(CHUNK - 1)) - row_shift(row)
                     element = q_abs - (2 * (lane % 4) + 8 * k + b) - d0
                     if i in paired_rows:
                         if q_abs % 2 == 0:
@@ -69,7 +75,8 @@ def tile(group: int, width: int, row_token, box_first, paired_rows: tuple[int, .
 
 
 def layouts():
-    """(name, group, width, row_token, box_first, paired_rows, q_firsts) of each modelled layout."""
+    """(name, group, width, row_token, box_first, paired_rows, q_firsts[, row_shift]) of each modelled
+    layout."""
     for group in (1, 2, 4, 8, 16):
         tokens_per_box = max(8, group) // group
 
@@ -98,12 +105,25 @@ def layouts():
         return 0 if r < 8 else 1
 
     yield "parity pairs (model)", 4, width, g4_token, g4_box, (0,), range(1, 16, 2)
+    # G 4, odd_rows_paired: rows 0-3 token 0, 4-7 token 8 (both odd), 8-11 token 1, 12-15 token 9;
+    # one token a box (144 wide), the boxes of tokens 8 and 9 starting 8 distances below their
+    # slice start, so their values sit 4 words (16 banks' worth of the rows' 8-bank pitch) along
+    order8 = (0, 8, 1, 9)
+
+    def g4p_token(r):
+        return order8[r // 4]
+
+    def g4p_shift(r):
+        return CHUNK * ((r // 4) % 2)
+
+    yield ("odd_rows_paired", 4, tma_bias_width(TILE_N, 4), g4p_token, g4p_token, (0,), range(1, 16, 2),
+           g4p_shift)  # fmt: skip
 
 
 def main() -> int:
     print("G   layout                 width  loads  wavefronts  (one warp, one band tile; mean over q_abs)")
-    for name, group, width, row_token, box_first, paired_rows, q_firsts in layouts():
-        results = [tile(group, width, row_token, box_first, paired_rows, q) for q in q_firsts]
+    for name, group, width, row_token, box_first, paired_rows, q_firsts, *shift in layouts():
+        results = [tile(group, width, row_token, box_first, paired_rows, q, *shift) for q in q_firsts]
         loads = results[0][0]
         waves = sum(w for _, w in results) / len(results)
         print(f"{group:<3} {name:<22} {width:<6} {loads:<6} {waves:.1f}")

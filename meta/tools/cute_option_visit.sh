@@ -5,12 +5,17 @@
 # The probe of VARIANT, cute_ws_bench against the build in both orders (eager do_bench medians),
 # then the conformance suite on the CuTe backend with OPTION added to the device copy's SCHEDULE.
 # (At 30b99b8 it ran VARIANT=rescale8 OPTION=" rescale_threshold=8.0,": TUNING "rescale_threshold".)
+# VARIANT may list several (a,b: timed as default,a,b and a,b,default); PROBE names the variants
+# probed (comma-separated; default VARIANT's), PROBE=none none; OPTION=none skips the conformance run.
 sha=${1:?usage: VARIANT=name OPTION=" key=value," cute_option_visit.sh SHA}
-variant=${VARIANT:?set VARIANT}; option=${OPTION:?set OPTION}
+variant=${VARIANT:?set VARIANT}; option=${OPTION:?set OPTION (none: no conformance run)}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-probe=${PROBE:-$variant}  # PROBE: the one variant probed when VARIANT lists several
-timeout 90 python3 meta/tools/cute_ws_bench.py --probe $probe > "$out/probe_${probe}_$sha.log" 2>&1; tail -1 "$out/probe_${probe}_$sha.log"
+probe=${PROBE:-$variant}
+for p in ${probe//,/ }; do
+  [ "$p" = none ] && continue
+  timeout 90 python3 meta/tools/cute_ws_bench.py --probe $p > "$out/probe_${p}_$sha.log" 2>&1; tail -1 "$out/probe_${p}_$sha.log"
+done
 cases=${CASES:-prefill8k_global_page128,prefill8k_sliding_page128,prefill8k_global_page16,prefill32k_global_page128,chunk2k_on16k_x4_page16,serving_chunk2k_decodes63_global_page16,serving_chunk2k_decodes63_sliding_page16}
 n=$(echo $cases | tr , '\n' | wc -l)
 for order in default,$variant $variant,default; do
@@ -18,11 +23,12 @@ for order in default,$variant $variant,default; do
   timeout ${BENCH_TIMEOUT:-170} python3 meta/tools/cute_ws_bench.py --out "$out" --variants $order --cases $cases > "$out/${order//,/_}_$sha.log" 2>&1
   tail -$((n + 1)) "$out/${order//,/_}_$sha.log" | cut -d'|' -f1-5,8
 done
+[ "$option" = none ] && exit 0
 kernel=inkling_ops/kernels/cute_fwd_sm90.py
 cp $kernel /tmp/cute_fwd_sm90.py.keep
 sed -i "s/^\(    bias_bulk=True,.*,\)\$/\1$option/" $kernel
 grep -qF "$option" $kernel || { echo "could not add '$option' to SCHEDULE"; exit 2; }
 timeout ${CONF_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_conformance.py tests/test_cute_runtime.py -k cute -rfE \
-  > "$out/cute_conformance_${probe}_$sha.log" 2>&1
-echo "== conformance with$option exit $?"; tail -3 "$out/cute_conformance_${probe}_$sha.log"
+  > "$out/cute_conformance_${probe//,/_}_$sha.log" 2>&1
+echo "== conformance with$option exit $?"; tail -3 "$out/cute_conformance_${probe//,/_}_$sha.log"
 cp /tmp/cute_fwd_sm90.py.keep $kernel
