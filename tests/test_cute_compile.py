@@ -469,7 +469,8 @@ def test_cute_compile_odd_rows_paired_g4(tmp_path):
 def _bias_load_wavefronts(kernel, offset: int, m_block: int, n0: int) -> list[int]:
     """Per consumer warp of M tile ``m_block``, the shared-memory wavefronts of its bias loads over
     one band tile at key ``n0``, from the kernel's own formulas (the rows' tokens, their boxes'
-    slice starts and shifts, the buffer's row width), as ``_band_scores`` reads them: lane ``l`` holds rows ``8 i + l / 4`` of its warp's 16 and
+    slice starts and shifts, the buffer's row width), as ``_band_scores`` reads them (that the
+    producer and the consumers both apply the shift, only a GPU run shows): lane ``l`` holds rows ``8 i + l / 4`` of its warp's 16 and
     columns ``2 (l % 4) + 8 k + b``; with ``odd_rows_paired`` rows ``i = 0`` read each column pair
     as one 32-bit word. A load takes as many wavefronts as the most distinct words one bank holds.
     Asserts every element read lies inside its row and every paired row has an odd ``q_abs``."""
@@ -517,6 +518,7 @@ def test_cute_odd_rows_paired_g4_rows_and_banks():
             tokens = [kernel._token(row, offset) for row in rows]
             assert sorted(tokens) == sorted(list(range(16 * group, 16 * group + 16)) * 4)
             for row in rows:
+                assert kernel._token(row, offset) == kernel._token(row & ~3, offset)  # a token's 4 rows (heads row % 4)
                 if row % 16 < 8:
                     assert (offset + kernel._token(row, offset)) % 2 == 1
                 if row % 8 >= 4:
@@ -529,8 +531,6 @@ def test_cute_odd_rows_paired_g4_rows_and_banks():
                 assert _bias_load_wavefronts(kernel, offset, m_block, n0) == [48] * 8
     # the build's 8-row boxes at G 4 (1.5 wavefronts a load: the two tokens of a box half a word apart)
     assert sum(_bias_load_wavefronts(build, 5, 1, 128)) / 8 == 96
-
-
 
 
 def test_cute_half_tiles_skip_only_unseen_keys():

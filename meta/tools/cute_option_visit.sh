@@ -21,10 +21,13 @@ n=$(echo $cases | tr , '\n' | wc -l)
 for order in default,$variant $variant,default; do
   echo "== $order"
   timeout ${BENCH_TIMEOUT:-170} python3 meta/tools/cute_ws_bench.py --out "$out" --variants $order --cases $cases > "$out/${order//,/_}_$sha.log" 2>&1
-  tail -$((n + 1)) "$out/${order//,/_}_$sha.log" | cut -d'|' -f1-5,8
+  tail -$((n + 1)) "$out/${order//,/_}_$sha.log"
 done
 [ "$option" = none ] && exit 0
 kernel=inkling_ops/kernels/cute_fwd_sm90.py
+for key in $(echo "$option" | grep -o '[a-z_0-9]*='); do  # a key SCHEDULE has would be a repeated keyword
+  sed -n '/^SCHEDULE = dict(/,/^)/p' $kernel | grep -q "[ (]$key" && { echo "OPTION's ${key%=} is in SCHEDULE already: change it there"; exit 2; }
+done
 cp $kernel /tmp/cute_fwd_sm90.py.keep
 sed -i "s/^\(    bias_bulk=True,.*,\)\$/\1$option/" $kernel
 grep -qF "$option" $kernel || { echo "could not add '$option' to SCHEDULE"; exit 2; }
