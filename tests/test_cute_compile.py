@@ -445,6 +445,15 @@ def test_cute_compile_odd_rows_paired(tmp_path):
         cute_fwd_sm90.RelAttnFwdSm90(two, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True})
     four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
     assert "odd_rows_paired" not in cute_fwd_sm90.schedule(four)  # under trial at G 4
+    # adopted at G 4 by PAIRED_GROUPS alone: one token a box there, G 8's build unchanged
+    eight_before = cute_fwd_sm90.schedule(config)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cute_fwd_sm90, "PAIRED_GROUPS", (8, 4))
+        built = cute_fwd_sm90.schedule(four)
+        assert built["odd_rows_paired"] is True and built["bias_box_rows"] == 0
+        assert cute_fwd_sm90.RelAttnFwdSm90(four, **built).bias_width == 144
+        assert cute_fwd_sm90.schedule(config) == eight_before
+        assert "odd_rows_paired" not in cute_fwd_sm90.schedule(two)
     with pytest.raises(ValueError, match="odd_rows_paired needs one token a bias box"):
         cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "bias_box_rows": 16})
     with pytest.raises(ValueError, match="odd_rows_paired needs one token a bias box"):

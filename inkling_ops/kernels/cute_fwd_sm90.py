@@ -95,28 +95,37 @@ SCHEDULE = dict(
 #: its use. 40 x 128 + 232 x 256 registers still fit the file (meta/TUNING.md, "compact_grid").
 COMPACT_GRID_SCHEDULE = dict(producer_regs=40)
 
+#: The ``q_per_kv`` at which :data:`SCHEDULE`'s ``odd_rows_paired`` is built: 8 since b33d5ba; 4
+#: (one token a bias box, then) is under trial (meta/TUNING.md, "twelfth day"), so a device visit
+#: can adopt it for its conformance run by editing this line alone.
+PAIRED_GROUPS = (8,)
+
 
 def schedule(config: "CuteFwdConfig") -> dict:
     """The schedule options the backend builds ``config`` with: :data:`SCHEDULE`, and over it
     :data:`COMPACT_GRID_SCHEDULE` on the compact grid; ``bias_tma`` only where ``q_per_kv``
     divides 32 (elsewhere ``bias_bulk`` stages the same values, and ``bias_box_rows`` goes with
-    ``bias_tma``); ``odd_rows_paired`` only at ``q_per_kv`` 8. Pure."""
+    ``bias_tma``); ``odd_rows_paired`` only at the ``q_per_kv`` of :data:`PAIRED_GROUPS`, with one
+    token a bias box (``bias_box_rows`` 0 where ``SCHEDULE``'s boxes hold more). Pure."""
     options = {**SCHEDULE, **COMPACT_GRID_SCHEDULE} if config.compact_grid else dict(SCHEDULE)
     if options.get("bias_tma") and not tma_boxes_fit(config.q_per_kv):
         options["bias_tma"] = False
+    paired = options.get("odd_rows_paired") and config.q_per_kv in PAIRED_GROUPS
+    if paired and max(options.get("bias_box_rows", 0), config.q_per_kv) > config.q_per_kv:
+        options["bias_box_rows"] = 0
     return _without_moot(options, config)
 
 
 def _without_moot(options: dict, config: "CuteFwdConfig", keep=()) -> dict:
     """``options`` less those with nothing to act on at ``config``: ``bias_box_rows`` without
-    ``bias_tma`` (a shape of its boxes), ``odd_rows_paired`` at any ``q_per_kv`` but 8 (the
-    build's row order for 8; the kernel's for 4, under trial, needs one token a box, so it is
-    asked for explicitly with ``bias_box_rows=0``); the keys in ``keep`` stay (asked for
-    explicitly; the kernel refuses those that do not apply, by name). Pure."""
+    ``bias_tma`` (a shape of its boxes), ``odd_rows_paired`` at a ``q_per_kv`` outside
+    :data:`PAIRED_GROUPS` (the kernel's row order for 4, under trial, is asked for explicitly,
+    with ``bias_box_rows=0``); the keys in ``keep`` stay (asked for explicitly; the kernel
+    refuses those that do not apply, by name). Pure."""
     moot = set()
     if not options.get("bias_tma"):
         moot.add("bias_box_rows")
-    if config.q_per_kv != 8:
+    if config.q_per_kv not in PAIRED_GROUPS:
         moot.add("odd_rows_paired")
     return {k: v for k, v in options.items() if k not in moot or k in keep}
 

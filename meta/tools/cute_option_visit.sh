@@ -6,7 +6,8 @@
 # then the conformance suite on the CuTe backend with OPTION added to the device copy's SCHEDULE.
 # (At 30b99b8 it ran VARIANT=rescale8 OPTION=" rescale_threshold=8.0,": TUNING "rescale_threshold".)
 # VARIANT may list several (a,b: timed as default,a,b and a,b,default); PROBE names the variants
-# probed (comma-separated; default VARIANT's), PROBE=none none; OPTION=none skips the conformance run.
+# probed (comma-separated; default VARIANT's), PROBE=none none; OPTION=none skips the conformance run,
+# OPTION=schedule runs it on SCHEDULE as it is (with PAIRED="8, 4": odd_rows_paired built at G 4 too).
 sha=${1:?usage: VARIANT=name OPTION=" key=value," cute_option_visit.sh SHA}
 variant=${VARIANT:?set VARIANT}; option=${OPTION:?set OPTION (none: no conformance run)}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -29,8 +30,14 @@ for key in $(echo "$option" | grep -o '[a-z_0-9]*='); do  # a key SCHEDULE has w
   sed -n '/^SCHEDULE = dict(/,/^)/p' $kernel | grep -q "[ (]$key" && { echo "OPTION's ${key%=} is in SCHEDULE already: change it there"; exit 2; }
 done
 cp $kernel /tmp/cute_fwd_sm90.py.keep
-sed -i "s/^\(    bias_bulk=True,.*,\)\$/\1$option/" $kernel
-grep -qF "$option" $kernel || { echo "could not add '$option' to SCHEDULE"; exit 2; }
+if [ "$option" != schedule ]; then  # OPTION=schedule: no keyword added (PAIRED alone)
+  sed -i "s/^\(    bias_bulk=True,.*,\)\$/\1$option/" $kernel
+  grep -qF "$option" $kernel || { echo "could not add '$option' to SCHEDULE"; exit 2; }
+fi
+if [ -n "${PAIRED:-}" ]; then  # PAIRED="8, 4": the q_per_kv odd_rows_paired is built at (PAIRED_GROUPS)
+  sed -i "s/^PAIRED_GROUPS = (.*)\$/PAIRED_GROUPS = ($PAIRED)/" $kernel
+  grep -q "^PAIRED_GROUPS = ($PAIRED)\$" $kernel || { echo "could not set PAIRED_GROUPS to ($PAIRED)"; exit 2; }
+fi
 timeout ${CONF_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_conformance.py tests/test_cute_runtime.py -k cute -rfE \
   > "$out/cute_conformance_${probe//,/_}_$sha.log" 2>&1
 echo "== conformance with$option exit $?"; tail -3 "$out/cute_conformance_${probe//,/_}_$sha.log"
