@@ -479,9 +479,9 @@ def _bias_load_wavefronts(kernel, offset: int, m_block: int, n0: int) -> list[in
     """Per consumer warp of M tile ``m_block``, the shared-memory wavefronts of its bias loads over
     one band tile at key ``n0``, from the kernel's own formulas (the rows' tokens, their boxes'
     slice starts and shifts, the buffer's row width), as ``_band_scores`` reads them (that the
-    producer and the consumers both apply the shift, only a GPU run shows): lane ``l`` holds rows ``8 i + l / 4`` of its warp's 16 and
-    columns ``2 (l % 4) + 8 k + b``; with ``odd_rows_paired`` rows ``i = 0`` read each column pair
-    as one 32-bit word. A load takes as many wavefronts as the most distinct words one bank holds.
+    producer and the consumers both apply the shift, only a GPU run shows): lane ``l`` holds rows
+    ``8 i + l / 4`` of its warp's 16 and columns ``2 (l % 4) + 8 k + b``; with ``odd_rows_paired``
+    rows ``i = 0`` read each column pair as one 32-bit word. A load takes as many wavefronts as the most distinct words one bank holds.
     Asserts every element read lies inside its row and every paired row has an odd ``q_abs``."""
     width, paired = kernel.bias_width, kernel.odd_rows_paired
     per_warp = []

@@ -1198,7 +1198,10 @@ class RelAttnFwdSm90:
                 loop_end = cutlass.select_(edge_half, n_tiles - 1, n_tiles)
             for walk in cutlass.range_constexpr(2 if const_expr(self.half_edge_qk) else 1):
                 peeled = walk == 1
-                for it in cutlass.range(loop_end if const_expr(peeled) else 1, n_tiles if const_expr(peeled) else loop_end, unroll=1):
+                # the loop over [1, loop_end), then the peeled one over [loop_end, n_tiles)
+                first = loop_end if const_expr(peeled) else 1
+                end = n_tiles if const_expr(peeled) else loop_end
+                for it in cutlass.range(first, end, unroll=1):
                     n = n_end - 1 - it
                     stage = it % STAGES
                     k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
@@ -1436,16 +1439,16 @@ class RelAttnFwdSm90:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
-            self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window, kv_len,
-                              scale_log2, b_half, True, True)  # fmt: skip
-            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
+            self._masked_scores(acc_S_mn, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n,
+                                num_band, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
 
     @cute.jit
     def _masked_scores(self, acc_S_mn, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n,
                        num_band, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
-        """A masked tile's scores (:meth:`_scores`'s last two bodies) to probabilities: with
-        ``band_split`` in natural units (the softmax's exp2 multiply-add applies log2(e)), else in
-        log2 units. (``half_edge_qk``, which calls it, refuses the debug options.)"""
+        """A masked tile's scores to probabilities: with ``band_split`` in natural units (the
+        softmax's exp2 multiply-add applies log2(e); :meth:`_scores`' own band_split body shares
+        its softmax with the unmasked body, so it does not call this, and it keeps the
+        ``debug_acc_bias`` probe, which ``half_edge_qk`` refuses), else in log2 units."""
         if const_expr(self.band_split):
             self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
                               kv_len, scale_log2 * (1.0 / LOG2_E), b_half, True, False)  # fmt: skip
