@@ -25,13 +25,16 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 import uuid
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MANIFEST = "MANIFEST.json"
 FINGERPRINT = "FINGERPRINT.json"
@@ -41,10 +44,12 @@ KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 TRITON_SOURCES = "triton_*.py"
 #: The CuTe DSL kernel modules (and their runtime), the sources of a CuTe store's fingerprint.
 CUTE_SOURCES = "cute_*.py"
-#: What a CuTe entry depends on besides our sources: the DSL that compiled it and the TVM-FFI ABI
-#: its object file is linked against. (Not torch, triton or the Python version: an exported object
-#: calls neither.)
-CUTE_TOOLCHAIN = ("nvidia-cutlass-dsl", "apache-tvm-ffi")
+#: What a CuTe entry depends on besides our sources: the DSL that compiled it (the meta-package and
+#: the wheels that hold its compiler, whichever of the CUDA 12 or 13 builds is installed) and the
+#: TVM-FFI ABI its object file is linked against. (Not torch, triton or the Python version: an
+#: exported object calls neither.)
+CUTE_TOOLCHAIN = ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl-libs-core",
+                  "nvidia-cutlass-dsl-libs-cu12", "nvidia-cutlass-dsl-libs-cu13", "apache-tvm-ffi")  # fmt: skip
 
 
 def cache_dir() -> Path:
@@ -104,7 +109,7 @@ def fingerprint(arch: str, *, version: str | None = None, sources: str | None = 
 
 def cute_fingerprint(arch: str, *, version: str | None = None, sources: str | None = None, toolchain: dict | None = None) -> dict:
     """What a store of CuTe DSL kernels is specific to: our version, the CuTe kernel sources
-    (``inkling_ops/kernels/cute_*.py``), the nvidia-cutlass-dsl and apache-tvm-ffi versions, and
+    (``inkling_ops/kernels/cute_*.py``), the versions of :data:`CUTE_TOOLCHAIN`, and
     the arch. Its directory is ``<arch>-cute-<digest>``."""
     return dict(
         family="cute",
@@ -136,37 +141,57 @@ class KernelStore:
         broken (then a warning says so, and the caller rebuilds it with :meth:`put`)."""
         path = self.directory / entry
         if not path.is_dir():
-            return None
-        problem = self._check(path)
+            return None  # absent, or a stray file in its place (put() moves that aside)
+        names, problem = self._read(path)
         if problem is None:
-            return {name: path / name for name in json.loads((path / MANIFEST).read_text())["files"]}
+            return {name: path / name for name in names}
         warnings.warn(f"inkling_ops kernel cache: entry {path} is broken ({problem}); rebuilding it", stacklevel=3)
         return None
 
     @staticmethod
-    def _check(path: Path) -> str | None:
+    def _read(path: Path) -> tuple[list[str], str | None]:
+        """``(file names, None)`` for a complete entry at ``path``; ``([], what is wrong)`` otherwise."""
         try:
             manifest = json.loads((path / MANIFEST).read_text())
-            files = manifest["files"]
         except FileNotFoundError:
-            return "no manifest"
-        except (ValueError, KeyError, TypeError) as exc:
-            return f"unreadable manifest: {exc}"
+            return [], "no manifest"
+        except (OSError, ValueError) as exc:
+            return [], f"unreadable manifest: {exc}"
+        files = manifest.get("files") if isinstance(manifest, dict) else None
+        if not isinstance(files, dict) or not all(isinstance(want, dict) for want in files.values()):
+            return [], "unreadable manifest: 'files' is not a mapping of file name to size and sha256"
         for name, want in files.items():
+            if not name or "/" in name or name.startswith("."):
+                return [], f"unreadable manifest: file name {name!r}"
             try:
                 data = (path / name).read_bytes()
             except OSError:
-                return f"{name} is missing"
+                return [], f"{name} is missing"
             if len(data) != want.get("size") or _sha256(data) != want.get("sha256"):
-                return f"{name} does not match the manifest (size {len(data)}, expected {want.get('size')})"
-        return None
+                return [], f"{name} does not match the manifest (size {len(data)}, expected {want.get('size')})"
+        return list(files), None
+
+    @classmethod
+    def _check(cls, path: Path) -> str | None:
+        """What is wrong with the entry at ``path``, or None when it is complete."""
+        return cls._read(path)[1]
 
     def put(self, entry: str, files: dict[str, bytes], *, describe: str = "") -> dict[str, Path]:
         """Write ``files`` (name -> bytes) as ``entry`` and return its files as :meth:`get` does.
 
         Atomic: the entry appears complete or not at all. If another process wrote the entry
-        meanwhile, its copy is kept and ours dropped; a broken entry in the way is replaced.
+        meanwhile, its copy is kept and ours dropped; a broken entry in the way is replaced. When
+        the store directory is removed while we write (``cache clear``), the write starts again.
         """
+        for attempt in range(3):
+            try:
+                return self._put_once(entry, files, describe)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _put_once(self, entry: str, files: dict[str, bytes], describe: str) -> dict[str, Path]:
         self.directory.mkdir(parents=True, exist_ok=True)
         facts_path = self.directory / FINGERPRINT
         if not facts_path.exists():
@@ -181,14 +206,16 @@ class KernelStore:
             )
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))  # last: marks the entry complete
             final = self.directory / entry
-            for _ in range(2):
+            for _ in range(3):
                 try:
-                    os.rename(tmp, final)  # fails when final exists and is not empty
+                    os.rename(tmp, final)  # fails when final exists (a non-empty directory, or a file)
                     break
+                except FileNotFoundError:
+                    raise  # the store directory went away: put() starts again
                 except OSError:
                     if self._check(final) is None:
                         break  # another process won; keep its entry
-                    self._discard(final)  # broken: move it aside, then try again
+                    self._move_aside_if_broken(final)  # then try again
             else:
                 raise RuntimeError(f"could not write kernel cache entry {final}")
         finally:
@@ -196,18 +223,77 @@ class KernelStore:
                 shutil.rmtree(tmp, ignore_errors=True)
         return {name: self.directory / entry / name for name in files}
 
+    def obtain(self, entry: str, load: Callable[[dict[str, Path]], Any], build: Callable[[], dict[str, bytes]],
+               *, describe: str = "") -> tuple[Any, str]:  # fmt: skip
+        """``(load(paths), how)``: the stored entry loaded (``"loaded"``), else ``build()``'s files
+        (name -> bytes) written as ``entry`` and loaded back from there (``"compiled"``: also when
+        this process built it but then loaded another process's copy).
+
+        An entry that is complete but does not load is reported with ``warnings.warn``, discarded
+        and rebuilt. An entry that vanished between lookup and load (another process replaced a
+        broken copy, or cleared the store) is looked up again; ``build()`` runs at most once.
+        """
+        built: dict[str, bytes] | None = None
+        for _ in range(4):
+            paths = self.get(entry)
+            if paths is not None:
+                try:
+                    return load(paths), "loaded" if built is None else "compiled"
+                except FileNotFoundError:
+                    continue  # replaced under us: look again
+                except Exception as exc:  # a complete entry the toolchain cannot read: rebuild it
+                    warnings.warn(f"inkling_ops kernel cache: entry {self.directory / entry} does not load ({exc}); "
+                                  "rebuilding it", stacklevel=2)  # fmt: skip
+                    self.discard(entry)
+            if built is None:
+                built = build()
+            try:
+                return load(self.put(entry, built, describe=describe)), "compiled"
+            except FileNotFoundError:
+                continue
+        raise RuntimeError(f"inkling_ops kernel cache: entry {self.directory / entry} kept vanishing while it was loaded")
+
     def discard(self, entry: str) -> None:
         """Remove ``entry`` (one the backend found unusable), so that :meth:`put` can write it again."""
         self._discard(self.directory / entry)
 
     @staticmethod
-    def _discard(path: Path) -> None:
+    def _move_aside(path: Path) -> Path | None:
+        """Rename ``path`` to a hidden name of its own; that name, or None when it was gone already."""
         aside = path.with_name(f".{path.name}.broken.{os.getpid()}.{uuid.uuid4().hex[:8]}")
         try:
             os.rename(path, aside)
         except OSError:
-            return  # someone else moved or replaced it
-        shutil.rmtree(aside, ignore_errors=True)
+            return None
+        return aside
+
+    @staticmethod
+    def _delete(path: Path) -> None:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+    @classmethod
+    def _discard(cls, path: Path) -> None:
+        aside = cls._move_aside(path)
+        if aside is not None:
+            cls._delete(aside)
+
+    @classmethod
+    def _move_aside_if_broken(cls, path: Path) -> None:
+        """Take the broken entry at ``path`` out of the way. Between our check and the move, another
+        process may have replaced it with a complete one; that one is moved back, not deleted."""
+        aside = cls._move_aside(path)
+        if aside is None:
+            return
+        if aside.is_dir() and cls._check(aside) is None:
+            try:
+                os.rename(aside, path)  # fails if a third writer has installed its own meanwhile
+                return
+            except OSError:
+                pass
+        cls._delete(aside)
 
     @staticmethod
     def _write_atomically(path: Path, data: bytes) -> None:
@@ -216,17 +302,47 @@ class KernelStore:
         os.replace(tmp, path)
 
 
-def _entries(root: Path) -> list[Path]:
-    """Entry directories (with a manifest or not) of every fingerprint under ``root``."""
-    if not root.is_dir():
+#: a store directory's name: ``<arch>-<digest>`` or ``<arch>-<family>-<digest>`` (KernelStore)
+_STORE_NAME = re.compile(r"[A-Za-z0-9_]+-(?:[a-z]+-)?[0-9a-f]{16}")
+
+
+def _store_dirs(root: Path) -> list[Path]:
+    """The fingerprint directories under ``root``: those with a ``FINGERPRINT.json``, or named as
+    :class:`KernelStore` names them. Anything else under the root is not ours and is left alone
+    (the root may be shared, e.g. ``INKLING_OPS_CACHE_DIR=~/.cache``)."""
+    try:
+        children = list(root.iterdir())
+    except OSError:  # no root (yet), or removed meanwhile
         return []
     return sorted(
-        entry
-        for fp in root.iterdir()
-        if fp.is_dir() and not fp.name.startswith(".")
-        for entry in fp.iterdir()
-        if entry.is_dir() and not entry.name.startswith(".")
-    )
+        fp for fp in children
+        if not fp.name.startswith(".") and fp.is_dir() and ((fp / FINGERPRINT).is_file() or _STORE_NAME.fullmatch(fp.name))
+    )  # fmt: skip
+
+
+def _entries(root: Path) -> list[Path]:
+    """Entry directories (with a manifest or not) of every fingerprint directory under ``root``."""
+    entries = []
+    for fp in _store_dirs(root):
+        try:
+            entries += [entry for entry in fp.iterdir() if entry.is_dir() and not entry.name.startswith(".")]
+        except OSError:  # removed meanwhile
+            pass
+    return sorted(entries)
+
+
+def _size(entry: Path) -> int:
+    """Bytes of the files of ``entry``; 0 for what vanished meanwhile (a writer or clear at work)."""
+    size = 0
+    try:
+        for f in entry.iterdir():
+            try:
+                size += f.stat().st_size if f.is_file() else 0
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return size
 
 
 @dataclass(frozen=True)
@@ -251,18 +367,16 @@ def info(location: Path | None = None) -> CacheInfo:
     size = 0
     for entry in _entries(location):
         entries[entry.parent.name] = entries.get(entry.parent.name, 0) + 1
-        size += sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
+        size += _size(entry)
     return CacheInfo(location=location, entries=entries, size_bytes=size)
 
 
 def clear(location: Path | None = None) -> int:
-    """Delete every entry (and fingerprint directory) under ``location`` (default :func:`cache_dir`);
-    returns how many entries. Other files under the root are left alone."""
+    """Delete every entry and fingerprint directory under ``location`` (default :func:`cache_dir`);
+    returns how many entries. Other files and directories under the root are left alone. A writer
+    at work meanwhile starts its entry again (:meth:`KernelStore.put`)."""
     location = Path(location) if location is not None else cache_dir()
     entries = _entries(location)
-    fingerprints = {entry.parent for entry in entries}
-    if location.is_dir():
-        fingerprints |= {fp for fp in location.iterdir() if (fp / FINGERPRINT).is_file()}
-    for fp in fingerprints:
+    for fp in _store_dirs(location):
         shutil.rmtree(fp, ignore_errors=True)
     return len(entries)

@@ -45,8 +45,13 @@ def test_put_then_get_returns_the_files_and_leaves_no_temporary(tmp_path):
         lambda entry: (entry / MANIFEST).unlink(),  # never finished
         lambda entry: (entry / MANIFEST).write_text("{not json"),
         lambda entry: (entry / "k.json").unlink(),
+        lambda entry: (entry / MANIFEST).write_text('{"files": ["k.json", "k.cubin"]}'),
+        lambda entry: (entry / MANIFEST).write_text('{"files": {"k.json": 12}}'),
+        lambda entry: (entry / MANIFEST).write_text("[1, 2]"),
+        lambda entry: (entry / MANIFEST).write_text('{"files": {"../k.json": {"size": 2, "sha256": "x"}}}'),
     ],
-    ids=["truncated", "corrupt", "no-manifest", "bad-manifest", "file-missing"],
+    ids=["truncated", "corrupt", "no-manifest", "bad-manifest", "file-missing", "files-a-list", "file-not-a-dict",
+         "manifest-a-list", "path-in-name"],
 )
 def test_a_broken_entry_warns_and_is_rebuilt(tmp_path, damage):
     store = _store(tmp_path)
@@ -179,3 +184,140 @@ def test_discard_lets_a_rebuild_replace_an_entry_that_checks_but_does_not_load(t
     assert store.get("e1") is None
     store.put("e1", FILES)
     assert store.get("e1")["k.cubin"].read_bytes() == FILES["k.cubin"]
+
+
+def test_a_stray_file_where_an_entry_belongs_is_replaced(tmp_path):
+    store = _store(tmp_path)
+    store.directory.mkdir(parents=True)
+    (store.directory / "e1").write_bytes(b"not a directory")
+    assert store.get("e1") is None
+    paths = store.put("e1", FILES)
+    assert {name: p.read_bytes() for name, p in paths.items()} == FILES
+    assert not [p for p in store.directory.iterdir() if p.name.startswith(".")]
+
+
+def test_a_complete_entry_installed_after_our_check_is_moved_back_not_deleted(tmp_path):
+    """The race of two writers replacing one broken entry: A finds it broken, B replaces it with a
+    complete one, then A takes 'the broken one' out of the way. B's entry must survive."""
+    store = _store(tmp_path)
+    store.put("e1", FILES)  # B's complete entry, in place by the time A moves
+    KernelStore._move_aside_if_broken(store.directory / "e1")
+    assert store.get("e1") is not None
+    assert not [p for p in store.directory.iterdir() if p.name.startswith(".")]
+
+
+def test_put_starts_again_when_the_store_is_cleared_under_it(tmp_path, monkeypatch):
+    store = _store(tmp_path)
+    real_mkdtemp, calls = kernel_cache.tempfile.mkdtemp, []
+
+    def mkdtemp_after_a_clear(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            kernel_cache.clear(tmp_path)  # `python -m inkling_ops cache clear` in another process
+        return real_mkdtemp(*args, **kwargs)
+
+    monkeypatch.setattr(kernel_cache.tempfile, "mkdtemp", mkdtemp_after_a_clear)
+    paths = store.put("e1", FILES)
+    assert len(calls) == 2 and {name: p.read_bytes() for name, p in paths.items()} == FILES
+
+
+def test_obtain_loads_builds_once_and_looks_again_when_an_entry_vanishes(tmp_path):
+    store = _store(tmp_path)
+    builds, loads = [], []
+
+    def build():
+        builds.append(1)
+        return FILES
+
+    def load(paths):
+        loads.append(1)
+        if len(loads) == 1:  # another process replaced the entry between our lookup and our read
+            raise FileNotFoundError(paths["k.cubin"])
+        return {name: p.read_bytes() for name, p in paths.items()}
+
+    got, how = store.obtain("e1", load, build)
+    assert (got, how, len(builds), len(loads)) == (FILES, "compiled", 1, 2)
+    loads.clear()
+    loads.append(1)  # the next load succeeds
+    assert store.obtain("e1", load, build) == (FILES, "loaded") and len(builds) == 1
+
+
+def test_obtain_rebuilds_a_complete_entry_that_does_not_load(tmp_path):
+    store = _store(tmp_path)
+    store.put("e1", {"k.json": b"{}", "k.cubin": b"unloadable"})
+
+    def load(paths):
+        data = paths["k.cubin"].read_bytes()
+        if data == b"unloadable":
+            raise RuntimeError("bad cubin")
+        return data
+
+    with pytest.warns(UserWarning, match="does not load"):
+        assert store.obtain("e1", load, lambda: FILES) == (FILES["k.cubin"], "compiled")
+    assert store.obtain("e1", load, lambda: pytest.fail("rebuilt twice")) == (FILES["k.cubin"], "loaded")
+
+
+CONTENDER = (
+    "import sys, warnings\n"
+    "from pathlib import Path\n"
+    "from inkling_ops.kernel_cache import KernelStore, fingerprint\n"
+    "warnings.simplefilter('ignore')\n"
+    "files = {'k.cubin': b'x' * 4096, 'k.json': b'{}'}\n"
+    "store = KernelStore('sm_90a', root=Path(sys.argv[1]), facts=fingerprint('sm_90a', version='x', sources='s', toolchain={}))\n"
+    "load = lambda paths: {n: p.read_bytes() for n, p in paths.items()}\n"
+    "for i in range(int(sys.argv[2])):\n"
+    "    assert store.obtain(f'e{i}', load, lambda: files)[0] == files\n"
+)
+
+
+def test_processes_replacing_the_same_broken_entries_at_once_all_succeed(tmp_path):
+    """Every entry planted broken, then three processes obtain them all at the same time: none
+    fails (before the fix a writer could delete the complete entry another had just installed,
+    and that one's read of the paths put() returned raised FileNotFoundError)."""
+    count = 150
+    store = KernelStore("sm_90a", root=tmp_path, facts=fingerprint("sm_90a", version="x", sources="s", toolchain={}))
+    for i in range(count):
+        entry = store.directory / f"e{i}"
+        entry.mkdir(parents=True)
+        (entry / "k.cubin").write_bytes(b"x" * 10)
+        (entry / MANIFEST).write_text('{"files": {"k.cubin": {"size": 4096, "sha256": "0"}}}')
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CONTENDER, str(tmp_path), str(count)], env=env, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert all(store.get(f"e{i}") is not None for i in range(count))
+    assert not [p for p in store.directory.iterdir() if p.name.startswith(".")]
+
+
+def test_clear_leaves_directories_that_are_not_stores_alone(tmp_path):
+    """INKLING_OPS_CACHE_DIR may point at a shared directory such as ~/.cache."""
+    store = _store(tmp_path)
+    store.put("e1", FILES)
+    (tmp_path / "pip" / "http").mkdir(parents=True)
+    (tmp_path / "pip" / "http" / "blob").write_bytes(b"someone else's")
+    (tmp_path / "sm_90a-0123456789abcdef").mkdir()  # ours by its name, its FINGERPRINT.json never written
+    assert kernel_cache.info(tmp_path).entries == {store.directory.name: 1}
+    assert kernel_cache.clear(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pip"]
+    assert (tmp_path / "pip" / "http" / "blob").read_bytes() == b"someone else's"
+
+
+def test_the_triton_store_fingerprint_holds_ptxas_and_tritons_environment(tmp_path, monkeypatch):
+    """A cubin assembled by another ptxas (TRITON_PTXAS_PATH, or another bundled version) must not
+    be read as ours: those facts are in the Triton store's directory name, as in Triton's own key."""
+    from inkling_ops.backends.triton_backend import TritonBackend
+
+    monkeypatch.setenv("INKLING_OPS_CACHE_DIR", str(tmp_path))
+    facts = TritonBackend().store("sm_90a").facts["toolchain"]["triton_compiler"]
+    assert set(facts) == {"ptxas", "environment"} and len(facts["ptxas"]) == 16
+    base = TritonBackend().store("sm_90a").directory
+    monkeypatch.setenv("TRITON_PTXAS_PATH", str(tmp_path / "another-ptxas"))
+    moved = TritonBackend().store("sm_90a")
+    assert "TRITON_PTXAS_PATH=" in moved.facts["toolchain"]["triton_compiler"]["environment"]
+    assert moved.directory != base

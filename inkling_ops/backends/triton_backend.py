@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import operator
 import os
-import warnings
 from typing import NamedTuple
 
 import torch
@@ -131,11 +130,17 @@ class TritonBackend(Backend):
         self.compile_stats = dict(memory=0, loaded=0, compiled=0)
 
     def store(self, arch: str) -> kernel_cache.KernelStore:
-        """The persistent store of ``arch`` kernels under the current cache root."""
+        """The persistent store of ``arch`` kernels under the current cache root. Its fingerprint
+        holds, besides :func:`~inkling_ops.kernel_cache.fingerprint`'s facts, the ptxas and the
+        Triton environment that compile for ``arch`` (:func:`~inkling_ops.kernels.triton_launch.compiler_facts`)."""
         root = kernel_cache.cache_dir()
         store = self._stores.get((root, arch))
         if store is None:
-            store = self._stores[root, arch] = kernel_cache.KernelStore(arch, root=root)
+            from ..kernels.triton_launch import compiler_facts
+
+            toolchain = dict(kernel_cache.toolchain_versions(), triton_compiler=compiler_facts(arch))
+            facts = kernel_cache.fingerprint(arch, toolchain=toolchain)
+            store = self._stores[root, arch] = kernel_cache.KernelStore(arch, root=root, facts=facts)
         return store
 
     def compile(self, key: CompileKey) -> list:
@@ -155,24 +160,15 @@ class TritonBackend(Backend):
             return compiled
         from ..kernels import triton_launch
 
-        store = self.store(key.arch)
-        entry = spec.digest()
-        paths = store.get(entry)
-        if paths is not None:
-            try:
-                compiled = triton_launch.load_kernel(spec, paths)
-                self.compile_stats["loaded"] += 1
-            except Exception as exc:  # a manifest-valid entry Triton cannot read: rebuild it
-                warnings.warn(f"inkling_ops kernel cache: entry {store.directory / entry} does not load ({exc}); rebuilding it")
-                store.discard(entry)
-                compiled = None
-        if compiled is None:
+        def build() -> dict[str, bytes]:
             if on_run_path:
                 strict.check_compile(self.name, key, describe)
-            fresh = triton_launch.compile_spec(spec)
-            paths = store.put(entry, triton_launch.kernel_files(fresh), describe=repr(spec))
-            compiled = triton_launch.load_kernel(spec, paths)
-            self.compile_stats["compiled"] += 1
+            return triton_launch.kernel_files(triton_launch.compile_spec(spec))
+
+        compiled, how = self.store(key.arch).obtain(
+            spec.digest(), lambda paths: triton_launch.load_kernel(spec, paths), build, describe=repr(spec)
+        )
+        self.compile_stats[how] += 1
         self._compiled[spec] = compiled
         return compiled
 

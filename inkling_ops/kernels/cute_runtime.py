@@ -37,7 +37,6 @@ import re
 import shlex
 import shutil
 import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -208,20 +207,17 @@ def obtain(store: Any, entry: str, build: Callable[[], CuteCompiled], *, describ
     :func:`~inkling_ops.kernel_cache.cute_fingerprint`), and how it was obtained: ``"loaded"``
     from the store, or ``"compiled"`` (``build()``, exported, written as ``entry`` with
     ``describe`` in its manifest, and loaded back from there). An entry that is in the store but
-    does not load is reported with ``warnings.warn``, discarded and rebuilt."""
-    paths = store.get(entry)
-    if paths is not None:
-        try:
-            return load_files(paths), "loaded"
-        except Exception as exc:  # a manifest-valid entry the DSL cannot load: rebuild it
-            warnings.warn(f"inkling_ops kernel cache: entry {store.directory / entry} does not load ({exc}); rebuilding it", stacklevel=2)
-            store.discard(entry)
-    compiled = build()
-    store_arch = store.facts.get("arch")
-    if isinstance(compiled, CuteCompiled) and store_arch is not None and compiled.arch != store_arch:
-        raise ValueError(f"build() compiled for {compiled.arch!r}, but the store holds {store_arch!r} kernels")
-    paths = store.put(entry, export_files(compiled), describe=describe)
-    return load_files(paths), "compiled"
+    does not load is reported with ``warnings.warn``, discarded and rebuilt; one that vanished
+    while it loaded is looked up again (:meth:`~inkling_ops.kernel_cache.KernelStore.obtain`)."""
+
+    def build_files() -> dict[str, bytes]:
+        compiled = build()
+        store_arch = store.facts.get("arch")
+        if isinstance(compiled, CuteCompiled) and store_arch is not None and compiled.arch != store_arch:
+            raise ValueError(f"build() compiled for {compiled.arch!r}, but the store holds {store_arch!r} kernels")
+        return export_files(compiled)
+
+    return store.obtain(entry, load_files, build_files, describe=describe)
 
 
 def torch_tensor_exchange() -> str:

@@ -57,6 +57,41 @@ def cuda_target(arch: str) -> int:
     return int(digits)
 
 
+#: ``TRITON_*`` variables that change where Triton keeps or prints things, not the code it makes
+#: (every other ``TRITON_*`` variable enters :func:`compiler_facts`)
+_TRITON_ENV_NOT_CODE = frozenset({
+    "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_CACHE_MANAGER", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR",
+    "TRITON_INTERPRET", "TRITON_PRINT_AUTOTUNING", "TRITON_ALWAYS_COMPILE", "TRITON_DUMP_PTXAS_LOG",
+})  # fmt: skip
+
+
+def compiler_facts(arch: str) -> dict[str, str]:
+    """What shapes a compiled kernel for ``arch`` besides Triton's version (facts for the kernel
+    store's fingerprint): the version text of the ptxas Triton assembles with, as its CUDA
+    backend's hash gives it, and the environment Triton compiles under: the variables of Triton's
+    own cache key, every ``TRITON_*`` variable but those that only move caches and dumps
+    (``TRITON_PTXAS_PATH``, ``TRITON_LIBDEVICE_PATH``, ``TRITON_DEFAULT_FP_FUSION``, ...), and
+    ``DISABLE_PTXAS_OPT`` / ``DISABLE_LLVM_OPT``. A ptxas that cannot be run is recorded as such
+    (a store may still be read on a machine that never compiles)."""
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+
+    try:
+        assembler = make_backend(GPUTarget("cuda", cuda_target(arch), 32)).hash()
+    except Exception as exc:  # no ptxas, or one that fails to report its version
+        assembler = f"unavailable ({type(exc).__name__})"
+    env = dict(get_cache_invalidating_env_vars())
+    env.update(
+        (name, value) for name, value in os.environ.items()
+        if (name.startswith("TRITON_") and name not in _TRITON_ENV_NOT_CODE) or name in ("DISABLE_PTXAS_OPT", "DISABLE_LLVM_OPT")
+    )  # fmt: skip
+    return {
+        "ptxas": hashlib.sha256(assembler.encode()).hexdigest()[:16],
+        "environment": ";".join(f"{k}={v}" for k, v in sorted(env.items())),
+    }
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """One compiled variant of one kernel, as ``triton.compile`` is asked for it (hashable)."""
