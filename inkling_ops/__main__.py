@@ -22,6 +22,8 @@ import sys
 
 import torch
 
+from .compile_keys import cuda_arch
+
 #: ServingConfig fields and their flags (dtype as a name such as "bfloat16").
 _CONFIG_FLAGS = {
     "num_heads": "--heads",
@@ -38,11 +40,23 @@ _CONFIG_DEFAULTS = dict(num_heads=8, num_kv_heads=1, head_dim=128, page_size=16,
                         max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=131072)  # fmt: skip
 
 
-def _dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
+def _dtype(name) -> torch.dtype:
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"warmup: dtype is {name!r}; expected a torch dtype name such as 'bfloat16'")
     return dtype
+
+
+def _arch(arch: str) -> str:
+    """``--arch`` as a CUDA device reports it (``sm_90a`` for an H100 / H200, ``sm_80`` for an
+    A100): the name the serving process's kernels are stored and looked up under."""
+    digits = arch.removeprefix("sm_").removesuffix("a")
+    if arch.startswith("sm_") and digits.isdigit() and len(digits) >= 2:
+        if arch == cuda_arch((int(digits[:-1]), int(digits[-1]))):
+            return arch
+        raise ValueError(f"warmup: --arch is {arch!r}; a device of that compute capability reports "
+                         f"{cuda_arch((int(digits[:-1]), int(digits[-1])))!r}, under which its kernels are looked up")  # fmt: skip
+    raise ValueError(f"warmup: --arch is {arch!r}; expected a CUDA arch such as 'sm_90a' (H100, H200) or 'sm_80' (A100)")
 
 
 def serving_config(args: argparse.Namespace):
@@ -51,8 +65,16 @@ def serving_config(args: argparse.Namespace):
 
     fields = dict(_CONFIG_DEFAULTS, dtype="bfloat16")
     if args.config:
-        with open(args.config) as f:
-            loaded = json.load(f)
+        try:
+            with open(args.config) as f:
+                loaded = json.load(f)
+        except OSError as exc:
+            raise ValueError(f"warmup: --config {args.config}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"warmup: --config {args.config} is not JSON: {exc}") from None
+        if not isinstance(loaded, dict):
+            kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(loaded), "a number")
+            raise ValueError(f"warmup: --config {args.config} holds {kind}; expected a JSON object of ServingConfig fields")
         known = {f.name for f in dataclasses.fields(ServingConfig)}
         unknown = sorted(set(loaded) - known)
         if unknown:
@@ -67,7 +89,10 @@ def serving_config(args: argparse.Namespace):
     fields["dtype"] = _dtype(fields["dtype"])
     if fields.get("kv_dtype") is not None:
         fields["kv_dtype"] = _dtype(fields["kv_dtype"])
-    return ServingConfig(**fields)
+    try:
+        return ServingConfig(**fields)
+    except TypeError as exc:  # a field of the wrong type, named by ServingConfig
+        raise ValueError(f"warmup: {exc}") from None
 
 
 def _warmup(args: argparse.Namespace) -> int:
@@ -79,6 +104,15 @@ def _warmup(args: argparse.Namespace) -> int:
     config = serving_config(args)
     print(f"serving configuration: {config}")
     arch, num_sms = args.arch, args.num_sms
+    if arch is not None:
+        arch = _arch(arch)
+    if num_sms is not None and num_sms < 1:
+        raise ValueError(f"warmup: --num-sms is {num_sms}; expected the target's SM count (H200: 132)")
+    if args.device is not None:
+        try:
+            torch.device(args.device)
+        except RuntimeError as exc:
+            raise ValueError(f"warmup: --device is {args.device!r}; expected a torch device such as 'cuda' or 'cpu' ({exc})") from None
     never_splits = args.backend is not None and dispatch.get_backend(args.backend).split_policy is None
     if arch is None and never_splits and not torch.cuda.is_available() and os.environ.get("CUTE_DSL_ARCH"):
         arch = os.environ["CUTE_DSL_ARCH"]  # the CuTe DSL's own target setting, on a machine without a GPU

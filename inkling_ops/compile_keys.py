@@ -102,6 +102,13 @@ class DeviceFacts:
             object.__setattr__(self, "capability", cap)
 
 
+def cuda_arch(capability: tuple[int, int]) -> str:
+    """``(9, 0)`` -> ``"sm_90a"`` (Hopper's arch-specific features), ``(8, 0)`` -> ``"sm_80"``: the
+    arch name of a CUDA device in :class:`DeviceFacts`, in compile keys and in the kernel store."""
+    major, minor = capability
+    return f"sm_{major}{minor}{'a' if (major, minor) == (9, 0) else ''}"
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.bfloat16`` -> ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")

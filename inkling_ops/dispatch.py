@@ -19,7 +19,7 @@ import torch
 
 from . import checked, planning
 from .backends.base import Backend
-from .compile_keys import STANDARD_LAYOUT, DeviceFacts, KVLayout, layout_of
+from .compile_keys import STANDARD_LAYOUT, DeviceFacts, KVLayout, cuda_arch, layout_of
 from .planning import Plan, backend_names, get_backend, plan_for, register_backend, select_backend
 from .problem import RelAttnArgs, RelAttnProblem
 from .validation import OP_NAME
@@ -41,9 +41,8 @@ def device_facts(device: torch.device) -> DeviceFacts:
     if facts is None:
         if device.type == "cuda":
             props = torch.cuda.get_device_properties(index)
-            suffix = "a" if (props.major, props.minor) == (9, 0) else ""
             facts = DeviceFacts(
-                arch=f"sm_{props.major}{props.minor}{suffix}",
+                arch=cuda_arch((props.major, props.minor)),
                 num_sms=props.multi_processor_count,
                 capability=(props.major, props.minor),
             )

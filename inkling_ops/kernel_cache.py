@@ -31,13 +31,16 @@ import sys
 import tempfile
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 MANIFEST = "MANIFEST.json"
 FINGERPRINT = "FINGERPRINT.json"
+#: the store directory's record of the compile keys warmups put there (one JSON file a key; hidden,
+#: so not an entry)
+WARMED = ".warmed"
 #: Files of inkling_ops/kernels/ whose contents enter the fingerprint.
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 #: the kernel modules a Triton entry depends on (an edit of a CuTe kernel leaves Triton's store valid)
@@ -191,11 +194,14 @@ class KernelStore:
                     raise
         raise AssertionError("unreachable")
 
-    def _put_once(self, entry: str, files: dict[str, bytes], describe: str) -> dict[str, Path]:
+    def _make_directory(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         facts_path = self.directory / FINGERPRINT
         if not facts_path.exists():
             self._write_atomically(facts_path, json.dumps(self.facts, indent=1, sort_keys=True).encode())
+
+    def _put_once(self, entry: str, files: dict[str, bytes], describe: str) -> dict[str, Path]:
+        self._make_directory()
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry}.", dir=self.directory))
         try:
             for name, data in files.items():
@@ -252,6 +258,42 @@ class KernelStore:
             except FileNotFoundError:
                 continue
         raise RuntimeError(f"inkling_ops kernel cache: entry {self.directory / entry} kept vanishing while it was loaded")
+
+    def note_keys(self, keys: Iterable[dict]) -> None:
+        """Record compile keys (each as a dict of its fields) that a warmup compiled or loaded into
+        this store, so that a later process, which may never warm, can say in strict mode's error
+        how a key it lacks differs from the warmed ones (:meth:`noted_keys`). Idempotent."""
+        records = [json.dumps(fields, sort_keys=True).encode() for fields in keys]
+        if not records:
+            return
+        for attempt in range(3):
+            try:
+                self._make_directory()
+                (self.directory / WARMED).mkdir(exist_ok=True)
+                for data in records:
+                    path = self.directory / WARMED / f"{_sha256(data)[:16]}.json"
+                    if not path.exists():
+                        self._write_atomically(path, data)
+                return
+            except FileNotFoundError:  # cleared meanwhile: again
+                if attempt == 2:
+                    raise
+
+    def noted_keys(self) -> list[dict]:
+        """The compile keys :meth:`note_keys` recorded here, as dicts (unreadable records skipped)."""
+        try:
+            paths = sorted((self.directory / WARMED).glob("*.json"))
+        except OSError:
+            return []
+        keys = []
+        for path in paths:
+            try:
+                fields = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(fields, dict):
+                keys.append(fields)
+        return keys
 
     def discard(self, entry: str) -> None:
         """Remove ``entry`` (one the backend found unusable), so that :meth:`put` can write it again."""

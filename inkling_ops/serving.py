@@ -16,9 +16,15 @@ from .heuristics import DEFAULT_SPLIT_POLICY, SplitPolicy, bucket_max_seqlen_q, 
 from .problem import RelAttnProblem
 
 
+#: ServingConfig's fields that are counts or sizes (ints >= 1)
+_POSITIVE_FIELDS = ("num_heads", "num_kv_heads", "head_dim", "rel_extent", "page_size", "max_num_seqs",
+                    "max_num_batched_tokens", "max_model_len")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ServingConfig:
-    """One attention layer type of a served model, plus the scheduler's limits."""
+    """One attention layer type of a served model, plus the scheduler's limits. Refuses fields
+    of the wrong type (``TypeError``) or range (``ValueError``), by name."""
 
     num_heads: int
     num_kv_heads: int
@@ -31,6 +37,25 @@ class ServingConfig:
     window_left: int = -1
     dtype: torch.dtype = torch.bfloat16
     kv_dtype: torch.dtype | None = None  # None: same as dtype
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"ServingConfig: {name} is {value!r} ({type(value).__name__}); expected an int")
+            if value < 1:
+                raise ValueError(f"ServingConfig: {name} is {value}; expected at least 1")
+        if isinstance(self.window_left, bool) or not isinstance(self.window_left, int):
+            raise TypeError(f"ServingConfig: window_left is {self.window_left!r}; expected an int (-1: no window)")
+        if self.window_left < -1:
+            raise ValueError(f"ServingConfig: window_left is {self.window_left}; expected -1 (no window) or at least 0")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"ServingConfig: num_heads is {self.num_heads} and num_kv_heads {self.num_kv_heads}; "
+                             "expected num_heads a multiple of num_kv_heads")  # fmt: skip
+        for name in ("dtype", "kv_dtype"):
+            value = getattr(self, name)
+            if not isinstance(value, torch.dtype) and not (name == "kv_dtype" and value is None):
+                raise TypeError(f"ServingConfig: {name} is {value!r}; expected a torch.dtype such as torch.bfloat16")
 
     @property
     def max_blocks_per_seq(self) -> int:

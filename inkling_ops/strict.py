@@ -20,7 +20,17 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator
 
-_state = {"strict": os.environ.get("INKLING_OPS_STRICT", "0") not in ("", "0")}
+def _strict_from_environment(value: str | None) -> bool:
+    """``INKLING_OPS_STRICT``: 1 / true / yes / on, or 0 / false / no / off (or unset, or empty)."""
+    word = (value or "").strip().lower()
+    if word in ("", "0", "false", "no", "off"):
+        return False
+    if word in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"INKLING_OPS_STRICT is {value!r}; expected 1, true, yes or on (strict) or 0, false, no or off")
+
+
+_state = {"strict": _strict_from_environment(os.environ.get("INKLING_OPS_STRICT"))}
 #: keys a warmup has compiled or loaded in this process, by backend name (for the error's hint)
 _warmed: dict[str, set] = {}
 
@@ -67,7 +77,7 @@ CONFIG_FIELD = {
     "dtype": "dtype", "kv_dtype": "kv_dtype", "head_dim": "head_dim", "q_per_kv": "num_heads / num_kv_heads",
     "num_kv_heads": "num_kv_heads", "page_size": "page_size", "rel_extent": "rel_extent",
     "window_left": "window_left", "max_seqlen_q_bucket": "max_num_batched_tokens (max_seqlen_q up to it)",
-    "num_splits": "max_num_seqs and max_model_len (the split count follows the request count and the block-table width)",
+    "num_splits": "max_num_seqs and max_model_len (the split count follows the request count and the block-table width), or the warmup's --num-sms",
     "arch": "the warmup's device (--arch)", "backend": "the warmup's backend",
     "kv_same_strides": "the KV cache layout (K and V strides differ)", "kv_row_i32": "the KV cache size (rows past int32)",
     "kv_slot_shift": "the KV cache layout (slot stride)", "aligned": "tensor alignment (a pointer or stride not 16-byte aligned)",
@@ -79,7 +89,7 @@ def nearest_difference(key, known: Iterable) -> str:
     ``known`` (fewest differing fields), or a note that nothing was warmed. Keys are dataclasses."""
     known = list(known)
     if not known:
-        return "no key of this backend was warmed in this process"
+        return "no key of this backend was warmed in this process or recorded in the kernel store"
     fields = [f.name for f in dataclasses.fields(key)]
 
     def differing(other) -> list[str]:
@@ -92,16 +102,21 @@ def nearest_difference(key, known: Iterable) -> str:
     )
 
 
-def check_compile(backend: str, key, describe: Callable[[], str] | None = None) -> None:
+def check_compile(backend: str, key, describe: Callable[[], str] | None = None,
+                  stored: Callable[[], Iterable] | None = None) -> None:  # fmt: skip
     """Raise :class:`StrictCompileError` if strict mode is on; a backend calls this before it compiles ``key``.
 
     ``describe``: an optional function returning more about the call (shapes), for the message.
+    ``stored``: an optional function returning the keys warmups recorded in the kernel store
+    (a process that loads its kernels from a store another machine filled warmed none itself);
+    they join this process's warmed keys in the message's nearest difference.
     """
     if not _state["strict"]:
         return
     detail = f"; the call: {describe()}" if describe is not None else ""
+    known = sorted(set(warmed_keys(backend)) | set(stored() if stored is not None else ()), key=repr)
     raise StrictCompileError(
         f"inkling::rel_attn: strict mode is on and backend {backend!r} would compile {key} on the hot path. "
-        f"Not warmed: {nearest_difference(key, warmed_keys(backend))}{detail}. Warm this configuration first "
+        f"Not warmed: {nearest_difference(key, known)}{detail}. Warm this configuration first "
         "(inkling_ops.warmup / python -m inkling_ops warmup) or leave strict mode (INKLING_OPS_STRICT=0)."
     )

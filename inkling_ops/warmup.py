@@ -102,7 +102,9 @@ def warmup(
     each call on the target, which may be more than one backend; the summary's ``backend`` then
     joins their names with ``+``). ``device`` is used only by a backend that must run calls to
     warm (see the module docstring). Shows a progress bar (tqdm, when installed) unless ``progress`` is False. Records
-    the keys with ``strict.note_warmed``. Returns what it did.
+    the keys with ``strict.note_warmed`` and in the backends' stores (``Backend.record_warmed``),
+    whose keys name a missing key's field in strict mode's error in a later process. Returns what
+    it did.
 
     Equivalent PyTorch: for every key of ``enumerate_compile_keys(config, facts=facts, ...)``,
     ``backend.compile(key)``.
@@ -136,6 +138,7 @@ def warmup(
     counts = dict(compiled=0, loaded=0, memory=0)
     for name, b in backends.items():
         strict.note_warmed(name, [key for key in keys if key.backend == name])
+        b.record_warmed([key for key in keys if key.backend == name])  # for later processes' strict messages
         after = getattr(b, "compile_stats", {})
         for field in counts:
             counts[field] += after.get(field, 0) - before[name].get(field, 0)

@@ -42,6 +42,34 @@ def test_warmup_config_file_and_unknown_fields(tmp_path, capsys):
     assert "unknown fields ['heads_per_kv']" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "content, flags, expected",
+    [
+        (None, [], "No such file or directory"),
+        ("42", [], "holds a number; expected a JSON object"),
+        ("[1]", [], "holds an array; expected a JSON object"),
+        ("{bad", [], "is not JSON"),
+        ('{"dtype": 5}', [], "dtype is 5; expected a torch dtype name"),
+        ('{"head_dim": "128"}', [], "head_dim is '128' (str); expected an int"),
+        ("{}", ["--page-size", "0"], "page_size is 0; expected at least 1"),
+        ("{}", ["--kv-heads", "3"], "expected num_heads a multiple of num_kv_heads"),
+        ("{}", ["--device", "nosuch"], "--device is 'nosuch'"),
+        ("{}", ["--arch", "sm90a", "--num-sms", "132"], "--arch is 'sm90a'; expected a CUDA arch"),
+        ("{}", ["--arch", "sm_90", "--num-sms", "132"], "reports 'sm_90a'"),
+        ("{}", ["--arch", "sm_90a", "--num-sms", "0"], "--num-sms is 0"),
+    ],
+    ids=["missing-file", "json-number", "json-array", "not-json", "dtype-number", "head-dim-string", "page-size-0",
+         "heads-not-a-multiple", "bad-device", "arch-spelling", "arch-without-a", "no-sms"],
+)
+def test_warmup_refuses_bad_input_with_a_message_not_a_traceback(tmp_path, capsys, content, flags, expected):
+    path = tmp_path / "serving.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["warmup", "--dry-run", "--config", str(path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and expected in err and "Traceback" not in err
+
+
 def test_representative_args_are_a_valid_call_of_the_config():
     args, out = representative_args(TINY, max_seqlen_q=20, num_reqs=3, device=torch.device("cpu"))
     assert args.cu_seqlens_q.tolist() == [0, 20, 21, 22]

@@ -59,6 +59,44 @@ def test_environment_variable_turns_strict_mode_on():
     assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False"), on.stderr + off.stderr
 
 
+@pytest.mark.parametrize("value, want", [("1", True), ("true", True), ("On", True), ("yes", True), ("", False),
+                                         ("0", False), ("false", False), ("OFF", False), ("no", False), (None, False)])  # fmt: skip
+def test_environment_values_read_as_words(value, want):
+    assert strict._strict_from_environment(value) is want
+
+
+def test_an_unreadable_environment_value_is_refused_by_name():
+    with pytest.raises(ValueError, match="INKLING_OPS_STRICT is 'maybe'; expected 1, true"):
+        strict._strict_from_environment("maybe")
+
+
+def test_the_message_names_the_field_against_keys_warmed_in_another_process(tmp_path, monkeypatch):
+    """The build-machine flow: the serving process loads every kernel from a store another
+    machine warmed, so it warmed nothing itself; the keys that warmup recorded in the store still
+    name the field a missing key differs in."""
+    from inkling_ops.backends.triton_backend import TritonBackend
+
+    monkeypatch.setenv("INKLING_OPS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(strict, "_warmed", {})
+    problem = inkling_ops.problem_for(GLOBAL, num_tokens=64, num_reqs=64, max_seqlen_q=1)
+    warmed = compile_key(problem, arch="sm_90a", backend="triton", splits=4)
+    builder = TritonBackend()
+    builder.store("sm_90a").directory.mkdir(parents=True)  # as after a warmup that compiled into it
+    builder.record_warmed([warmed])
+    server = TritonBackend()  # another process: nothing warmed in it
+    assert server.stored_warm_keys("sm_90a") == [warmed]
+    from inkling_ops import kernel_cache
+
+    assert sum(kernel_cache.info(tmp_path).entries.values()) == 0  # the record is not a compiled entry
+    missing = compile_key(problem, arch="sm_90a", backend="triton", splits=8)
+    with strict.strict_compiles(), pytest.raises(strict.StrictCompileError) as info:
+        strict.check_compile("triton", missing, stored=lambda: server.stored_warm_keys("sm_90a"))
+    assert "num_splits=8 (warmed: 4; configuration field: max_num_seqs and max_model_len" in str(info.value)
+    assert "--num-sms" in str(info.value)
+    with strict.strict_compiles(), pytest.raises(strict.StrictCompileError, match="nor recorded|or recorded in the kernel store"):
+        strict.check_compile("triton", missing)  # without the store's keys: nothing to compare with
+
+
 def _random_call(config: ServingConfig, rng: random.Random):
     """check_call's problem for one random scheduler step of ``config`` (meta tensors): a few prefill
     chunks and decodes mixed, lengths up to max_model_len, a block table of random width."""

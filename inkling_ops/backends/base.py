@@ -10,6 +10,7 @@ the dispatcher or the op registration.
 from __future__ import annotations
 
 import abc
+import dataclasses
 
 import torch
 
@@ -77,3 +78,34 @@ class Backend(abc.ABC):
         without tensors and without launching; returns them. A backend with nothing to compile
         (the reference) returns an empty list."""
         return []
+
+    def store(self, arch: str):
+        """The persistent kernel store (``kernel_cache.KernelStore``) of this backend's ``arch``
+        kernels, or None for a backend that keeps nothing on disk (the default)."""
+        return None
+
+    def record_warmed(self, keys) -> None:
+        """Record ``keys``, which a warmup compiled or loaded, in this backend's store, so that a
+        later process that loads from it names the field a missing key differs in (strict mode's
+        message; :meth:`stored_warm_keys`). Nothing for a backend without a store."""
+        by_arch: dict[str, list] = {}
+        for key in keys:
+            by_arch.setdefault(key.arch, []).append(dataclasses.asdict(key))
+        for arch, fields in by_arch.items():
+            store = self.store(arch)
+            if store is not None and store.directory.is_dir():  # kernels went there (not so under the interpreter)
+                store.note_keys(fields)
+
+    def stored_warm_keys(self, arch: str) -> list[CompileKey]:
+        """This backend's keys that warmups recorded in its ``arch`` store (records of other
+        backends, or of fields this version's keys lack, left out)."""
+        store = self.store(arch)
+        keys = []
+        for fields in store.noted_keys() if store is not None else ():
+            try:
+                key = CompileKey(**fields)
+            except TypeError:
+                continue
+            if key.backend == self.name:
+                keys.append(key)
+        return keys

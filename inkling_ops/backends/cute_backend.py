@@ -224,7 +224,7 @@ class CuteBackend(Backend):
 
             def build():
                 if on_run_path:
-                    strict.check_compile(self.name, key, describe)
+                    strict.check_compile(self.name, key, describe, stored=lambda: self.stored_warm_keys(key.arch))
                 return compile_config(config, key.arch)
 
             fn, how = cute_runtime.obtain(self.store(key.arch), store_entry(config), build, describe=repr(config))

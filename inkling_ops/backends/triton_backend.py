@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 
 from .. import kernel_cache, strict
-from ..compile_keys import CompileKey, DeviceFacts
+from ..compile_keys import CompileKey, DeviceFacts, cuda_arch
 from ..heuristics import SplitPolicy
 from ..problem import RelAttnArgs, RelAttnProblem
 from ..workspace import arrival_counts, fp32_workspace
@@ -106,12 +106,6 @@ def kernel_plan(key: CompileKey) -> KernelPlan:
     return KernelPlan(config, specs, (constexprs,))
 
 
-def cuda_arch(capability: tuple[int, int]) -> str:
-    """``(9, 0)`` -> ``"sm_90a"`` (Hopper's arch-specific features), ``(8, 0)`` -> ``"sm_80"``."""
-    major, minor = capability
-    return f"sm_{major}{minor}{'a' if (major, minor) == (9, 0) else ''}"
-
-
 class TritonBackend(Backend):
     name = "triton"
     device_types = ("cuda", "cpu")
@@ -162,7 +156,7 @@ class TritonBackend(Backend):
 
         def build() -> dict[str, bytes]:
             if on_run_path:
-                strict.check_compile(self.name, key, describe)
+                strict.check_compile(self.name, key, describe, stored=lambda: self.stored_warm_keys(key.arch))
             return triton_launch.kernel_files(triton_launch.compile_spec(spec))
 
         compiled, how = self.store(key.arch).obtain(
