@@ -14,17 +14,18 @@ _Tensor = torch.Tensor
 _compiling = torch.compiler.is_compiling
 _function_mode_on = torch._C._is_torch_function_mode_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
+_tracing = torch._C._get_tracing_state  # torch.jit.trace
 
 
 def _direct_call_allowed() -> bool:
     """Whether an eager call may skip the torch dispatcher and call the op's implementation
     (``library``'s CPU / CUDA function, which both go through :mod:`inkling_ops.call_cache`):
-    only outside ``torch.compile`` / ``torch.export`` tracing, with no torch-function or
-    dispatch mode active (fake tensors, functionalization, debug modes all see the op) and the
-    profiler off (so the op shows in profiles under its name). The arguments are plain tensors
-    (checked by the caller). What is skipped is the dispatcher's own per-call cost; the result is
-    the same computation."""
-    return not (_compiling() or _function_mode_on() or _dispatch_modes() or _profiler_on())
+    only outside ``torch.compile`` / ``torch.export`` / ``torch.jit.trace`` tracing, with no
+    torch-function or dispatch mode active (fake tensors, functionalization, debug modes all see
+    the op) and the profiler off (so the op shows in profiles under its name). The arguments are
+    plain tensors (checked by the caller). What is skipped is the dispatcher's own per-call cost;
+    the result is the same computation."""
+    return not (_compiling() or _function_mode_on() or _dispatch_modes() or _tracing() or _profiler_on())
 
 
 def _profiler_on() -> bool:

@@ -8,8 +8,8 @@ shapes and strides); the result is kept, and a later call whose tensors have the
 strides, dtypes, devices (and autograd state) and whose scalars are equal reuses it, so it
 costs the lookup, the tensors' addresses and the launches.
 
-The lookup has two levels: a dictionary on the cheap facts (q's shape, the scalar arguments,
-whether the eight data pointers are 16-byte aligned), then, among the few entries found there,
+The lookup has two levels: a dictionary on the cheap facts (q's shape, the scalar arguments and
+their types, the eight data pointers' offsets from 16-byte alignment), then, among the few entries found there,
 a check of every tensor's metadata done in C by the tensor guards ``torch.compile`` uses for
 its own caches (``torch._C._dynamo.guards.TensorGuards``: dtype, device, dispatch keys,
 requires_grad, sizes and strides). Where that class is missing, a Python signature of the same
@@ -130,17 +130,26 @@ def run_out(
             cache_seqlens.data_ptr(), cu_seqlens_q.data_ptr(), rel_logits.data_ptr(), out.data_ptr(),
         )  # fmt: skip
         p0, p1, p2, p3, p4, p5, p6, p7 = pointers
-        bits = p0 | p1 | p2 | p3 | p4 | p5 | p6 | p7
+        # 0 when all eight are 16-byte aligned (the common case, one test); else each one's offset,
+        # since a backend's prepared launch may rely on some of them being aligned (CuTe: q, K, V,
+        # rel_logits, out) and not others
+        align = (p0 | p1 | p2 | p3 | p4 | p5 | p6 | p7) & 15 and (
+            p0 & 15, p1 & 15, p2 & 15, p3 & 15, p4 & 15, p5 & 15, p6 & 15, p7 & 15
+        )
+        left, right = window_size
+        # the scalars' types too: 1, 1.0 and True hash alike, and validation refuses some of them
         lookup = (
-            q.shape, max_seqlen_q, softmax_scale, *window_size, causal, num_splits, requested, not bits & 15,
-            type(max_seqlen_q), type(softmax_scale), type(num_splits),  # 1 and 1.0 hash alike
+            q.shape, max_seqlen_q, softmax_scale, left, right, causal, num_splits, requested, align,
+            type(max_seqlen_q), type(softmax_scale), type(num_splits), type(left), type(right), type(causal),
         )  # fmt: skip
         for candidate in _ENTRIES.get(lookup, ()):
             if candidate.guards.check(*tensors):
                 entry = candidate
                 break
-    except (AttributeError, TypeError, RuntimeError):  # not a tensor, an unhashable scalar: the checks say which
+    except (AttributeError, TypeError, ValueError, RuntimeError):
+        # not a tensor, an unhashable scalar, a window of other than two values: the checks say which
         lookup = pointers = None
+
     if entry is None:
         entry = _new_entry(lookup, tensors, max_seqlen_q, softmax_scale, window_size, causal, num_splits, requested)
         if pointers is None:

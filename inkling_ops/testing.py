@@ -28,6 +28,7 @@ class RelAttnCase:
     q_lens: list[int] = field(default_factory=list)
     kv_lens: list[int] = field(default_factory=list)
     packed_kv: bool = False
+    strided_index: bool = False
 
     def kwargs(self) -> dict:
         return dict(
@@ -100,22 +101,32 @@ class RelAttnCase:
         )  # fmt: skip
 
     def to(self, device: str | torch.device) -> RelAttnCase:
-        """The same case on ``device`` (packed K/V stay views of one packed tensor)."""
+        """The same case on ``device`` (packed K/V stay views of one packed tensor, strided index
+        tensors views of their wider ones)."""
         if self.packed_kv:
             packed = self.key_cache._base.to(device)
             key_cache, value_cache = packed[:, 0], packed[:, 1]
         else:
             key_cache, value_cache = self.key_cache.to(device), self.value_cache.to(device)
+        index = {name: getattr(self, name) for name in ("block_table", "cache_seqlens", "cu_seqlens_q")}
+        index = {name: _every_other(t._base.to(device)) if self.strided_index else t.to(device) for name, t in index.items()}
         return dataclasses.replace(
-            self,
-            q=self.q.to(device),
-            key_cache=key_cache,
-            value_cache=value_cache,
-            block_table=self.block_table.to(device),
-            cache_seqlens=self.cache_seqlens.to(device),
-            cu_seqlens_q=self.cu_seqlens_q.to(device),
-            rel_logits=self.rel_logits.to(device),
-        )
+            self, q=self.q.to(device), key_cache=key_cache, value_cache=value_cache, rel_logits=self.rel_logits.to(device),
+            **index,
+        )  # fmt: skip
+
+
+def _every_other(wide: torch.Tensor) -> torch.Tensor:
+    """Columns 0, 2, 4, ... of ``wide``: a view with stride 2 along its last dimension."""
+    return wide[..., ::2]
+
+
+def _interleaved(t: torch.Tensor, garbage: int) -> torch.Tensor:
+    """``t`` as every other column of a tensor twice as wide whose other columns hold ``garbage``."""
+    wide = torch.full((*t.shape[:-1], 2 * t.shape[-1]), garbage, dtype=t.dtype)
+    view = _every_other(wide)
+    view.copy_(t)
+    return view
 
 
 def make_case(
@@ -136,6 +147,7 @@ def make_case(
     extra_table_cols: int = 1,
     softmax_scale: float | None = None,
     generator: torch.Generator | None = None,
+    strided_index: bool = False,
 ) -> RelAttnCase:
     """A random call with one request per (q_len, kv_len) pair.
 
@@ -144,7 +156,9 @@ def make_case(
     stores them. ``extra_tokens`` adds rows to q past the last request; ``spare_blocks`` adds
     blocks no request uses; ``extra_table_cols`` widens the block table past what is needed.
     Unused blocks and table entries are filled with garbage (NaN in K/V, huge ids in the table)
-    so that a kernel that reads them shows it.
+    so that a kernel that reads them shows it. ``strided_index`` makes block_table, cache_seqlens
+    and cu_seqlens_q every other column of tensors twice as wide, with garbage in the columns
+    between (views a serving engine may pass, e.g. one column of a metadata tensor).
     """
     if len(q_lens) != len(kv_lens):
         raise ValueError(f"q_lens ({len(q_lens)}) and kv_lens ({len(kv_lens)}) must have one entry per request")
@@ -200,4 +214,9 @@ def make_case(
         kv_lens=list(kv_lens),
         packed_kv=packed_kv,
     )
+    if strided_index:
+        case = dataclasses.replace(
+            case, strided_index=True, block_table=_interleaved(case.block_table, 1 << 30),
+            cache_seqlens=_interleaved(case.cache_seqlens, 1 << 30), cu_seqlens_q=_interleaved(case.cu_seqlens_q, -(1 << 30)),
+        )  # fmt: skip
     return case.to(device) if str(device) != "cpu" else case

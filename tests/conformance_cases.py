@@ -128,6 +128,13 @@ CASES = [
        dict(q_lens=[1] * 4, kv_lens=[3000, 17, 512, 513], num_heads=64, num_kv_heads=16, rel_extent=512,
             window_left=511),
        gpu_pages=(24, 48, 96)),
+    # block table, lengths and cu_seqlens_q as views (every other column of wider tensors, garbage
+    # between): valid input the kernels must read as the reference does
+    _c("strided_index_chunks_decodes_g4",
+       dict(q_lens=[24, 1, 1], kv_lens=[90, 40, 7], rel_extent=16, window_left=20, num_heads=8, num_kv_heads=2,
+            strided_index=True),
+       dict(q_lens=[300, 1, 1], kv_lens=[2000, 900, 17], num_heads=8, num_kv_heads=2, rel_extent=512,
+            window_left=511, strided_index=True)),
     _c("odd_pages_spec_verify",
        dict(q_lens=[40, 1], kv_lens=[250, 130], page_size=96, rel_extent=24, num_heads=4, num_kv_heads=1),
        dict(q_lens=[9, 3, 1], kv_lens=[2100, 9, 40], num_heads=4, num_kv_heads=1, rel_extent=1024),

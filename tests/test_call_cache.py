@@ -71,6 +71,9 @@ def test_a_transposed_view_with_the_same_shape_is_checked_again(monkeypatch):
         (lambda c: dict(window_size=(5, 1)), "argument 'window_size' is \\(5, 1\\)"),
         (lambda c: dict(max_seqlen_q=0), "argument 'max_seqlen_q' is 0"),
         (lambda c: dict(cache_seqlens=c.cache_seqlens[:1]), "argument 'cu_seqlens_q' is of shape \\(3,\\)"),
+        # equal to the cached call's (-1, -1) as values, but not ints: refused on a repeat as on a cold call
+        (lambda c: dict(window_size=(-1.0, -1)), "argument 'window_size' must hold two ints"),
+        (lambda c: dict(window_size=(-1, -1.0)), "argument 'window_size' must hold two ints"),
     ],
 )
 def test_bad_input_after_a_cached_good_call_still_raises(change, match):
@@ -83,6 +86,29 @@ def test_bad_input_after_a_cached_good_call_still_raises(change, match):
         return
     with pytest.raises((ValueError, TypeError), match=match):
         _call(case, **change(case))
+
+
+def _misaligned(t: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """A copy of ``t`` with the same shape and strides whose data starts ``nbytes`` past a 16-byte boundary."""
+    flat = torch.empty(t.numel() + 32, dtype=t.dtype)
+    start = (-flat.data_ptr() % 16 + nbytes) // t.element_size()
+    moved = flat[start : start + t.numel()].view(t.shape).copy_(t)
+    assert moved.data_ptr() % 16 == nbytes and moved.stride() == t.stride()
+    return moved
+
+
+def test_an_entry_is_kept_per_pointer_alignment_not_only_all_aligned_or_not(monkeypatch):
+    """A backend's prepared launch may need some tensors aligned and not others (CuTe: q, K, V,
+    rel_logits, out). A repeat where another tensor is the misaligned one is prepared again."""
+    case = make_case(q_lens=[3, 1], kv_lens=[20, 9])
+    cu = _misaligned(case.cu_seqlens_q, 4)
+    first = _call(case, cu_seqlens_q=cu)
+    calls = _count_checks(monkeypatch)
+    _call(case, cu_seqlens_q=cu)
+    assert calls == []
+    got = _call(case, cu_seqlens_q=cu, key_cache=_misaligned(case.key_cache, 4))
+    assert len(calls) == 1  # a new entry: validated, planned and prepared for this alignment
+    torch.testing.assert_close(got, first, rtol=0, atol=0)
 
 
 def test_grad_mode_is_checked_on_every_call():
@@ -138,3 +164,23 @@ def test_eager_api_calls_skip_the_dispatcher_but_modes_and_the_profiler_see_the_
         _call(case, out=None if out is None else torch.empty_like(out))
     assert any(e.name == op.removesuffix(".default").replace(".", "::") for e in prof.events())
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_jit_trace_of_the_api_records_the_op():
+    """Under torch.jit.trace the API goes through the dispatcher (the direct call would read traced
+    shapes as ints and fail); the op is in the traced graph and the trace follows new inputs."""
+    import warnings
+
+    case = make_case(q_lens=[3, 1], kv_lens=[20, 9])
+    q, k, v = case.args()
+    kwargs = case.kwargs()
+
+    def layer(q, k, v, rel_logits):
+        return inkling_ops.rel_attn(q, k, v, **(kwargs | dict(rel_logits=rel_logits)))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's own warnings about Python values
+        traced = torch.jit.trace(layer, (q, k, v, case.rel_logits), check_trace=False)
+    assert "inkling::rel_attn" in str(traced.graph)
+    q2 = torch.randn_like(q)
+    torch.testing.assert_close(traced(q2, k, v, case.rel_logits), layer(q2, k, v, case.rel_logits), rtol=0, atol=0)

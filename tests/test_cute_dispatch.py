@@ -161,7 +161,33 @@ def test_cute_prepare_leaves_copies_and_refusals_to_run(monkeypatch):
     assert backend._prepare(plan, problem, args._replace(rel_logits=misaligned(args.rel_logits)), out) is None
     wide = torch.zeros(args.block_table.shape[0], 2 * args.block_table.shape[1], dtype=torch.int32)[:, ::2]
     assert backend._prepare(plan, problem, args._replace(block_table=wide), out) is None  # run copies it
+    case, args2, out2, problem2, plan2 = _bound_calls(([3, 1], [40, 20]))  # two requests: strides matter
+    monkeypatch.setitem(backend._by_key, plan2.key, lambda *a: None)
+    for name in ("cache_seqlens", "cu_seqlens_q"):  # a column of a wider tensor: run copies it
+        column = torch.zeros(getattr(args2, name).shape[0], 2, dtype=torch.int32)[:, 0]
+        assert backend._prepare(plan2, problem2, args2._replace(**{name: column}), out2) is None
     assert backend._prepare(plan, problem, args, misaligned(out)) is None  # run refuses it
+
+
+def test_cute_run_passes_packed_index_tensors(monkeypatch):
+    """Index tensors that are strided views (valid input) reach the kernel as packed copies with
+    the same values: the kernel reads them with unit stride."""
+    backend = planning.get_backend("cute")
+    case, args, out, problem, plan = _bound_calls(([3, 1], [40, 20]))
+    calls = []
+    monkeypatch.setitem(backend._by_key, plan.key, lambda *a: calls.append(a))
+
+    def strided(t):  # every other element of a tensor twice as wide
+        wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+        wide[..., ::2] = t
+        return wide[..., ::2]
+
+    views = args._replace(block_table=strided(args.block_table), cache_seqlens=strided(args.cache_seqlens),
+                          cu_seqlens_q=strided(args.cu_seqlens_q))  # fmt: skip
+    backend.run(plan, problem, views, out)
+    (passed,) = calls
+    for got, want in zip(passed[4:7], (args.block_table, args.cache_seqlens, args.cu_seqlens_q)):
+        assert got.stride(-1) == 1 and torch.equal(got, want)
 
 
 @pytest.mark.gpu

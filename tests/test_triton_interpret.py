@@ -322,3 +322,27 @@ def test_every_tuning_candidate_is_correct(kind, config):
         case = make_case(q_lens=[1, 2], kv_lens=[300, 90], num_heads=8, num_kv_heads=1, rel_extent=48)
         splits = 3
     _check(case, _with_config(case, config, num_splits=splits))
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_strided_index_tensors_match_reference(num_splits):
+    """Index tensors passed as views (a column of a wider tensor, every other block id, an
+    expand): valid input; the kernels read packed copies, so the result is the reference's."""
+    case = make_case(q_lens=[2, 1], kv_lens=[40, 9], num_heads=4, num_kv_heads=2, head_dim=32, rel_extent=16)
+    kwargs = case.kwargs()
+    ref = inkling_ops.rel_attn(*case.args(), **kwargs, backend="reference")
+
+    def strided(t):
+        wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+        wide[..., ::2] = t
+        return wide[..., ::2]
+
+    views = dict(block_table=strided(case.block_table), cache_seqlens=strided(case.cache_seqlens),
+                 cu_seqlens_q=strided(case.cu_seqlens_q))  # fmt: skip
+    assert all(v.stride(-1) == 2 for v in views.values())
+    got = inkling_ops.rel_attn(*case.args(), **(kwargs | views), num_splits=num_splits, backend="triton")
+    torch.testing.assert_close(got, ref, atol=2e-5, rtol=2e-5)
+    one = make_case(q_lens=[3], kv_lens=[40], num_heads=4, num_kv_heads=2, head_dim=32, rel_extent=16)
+    expanded = one.cache_seqlens[:1].expand(1)  # stride 0 over one element: nothing to copy, still right
+    got = inkling_ops.rel_attn(*one.args(), **(one.kwargs() | dict(cache_seqlens=expanded)), backend="triton")
+    torch.testing.assert_close(got, inkling_ops.rel_attn(*one.args(), **one.kwargs(), backend="reference"), atol=2e-5, rtol=2e-5)

@@ -109,3 +109,28 @@ class Backend(abc.ABC):
             if key.backend == self.name:
                 keys.append(key)
         return keys
+
+
+def _unit_last_stride(t: torch.Tensor) -> bool:
+    return t.shape[-1] <= 1 or t.stride(-1) == 1
+
+
+def index_tensors_packed(args: RelAttnArgs) -> bool:
+    """Whether ``args``' index tensors are as the kernels read them: ``cache_seqlens`` and
+    ``cu_seqlens_q`` with unit stride, ``block_table`` with unit stride along a row (its rows
+    may be any distance apart). A valid call may pass views that are not (``meta[:, 0]``,
+    ``table[:, ::2]``, an ``expand``): :func:`with_packed_index_tensors` copies them."""
+    return _unit_last_stride(args.block_table) and _unit_last_stride(args.cache_seqlens) and _unit_last_stride(args.cu_seqlens_q)
+
+
+def with_packed_index_tensors(args: RelAttnArgs) -> RelAttnArgs:
+    """``args`` with each index tensor that :func:`index_tensors_packed` finds strided replaced
+    by a packed copy (a device copy: no host sync, capturable in a CUDA graph).
+
+    Equivalent PyTorch: ``args._replace(block_table=args.block_table.contiguous(), ...)``."""
+    if index_tensors_packed(args):
+        return args
+    return args._replace(**{
+        name: getattr(args, name).contiguous()
+        for name in ("block_table", "cache_seqlens", "cu_seqlens_q") if not _unit_last_stride(getattr(args, name))
+    })  # fmt: skip

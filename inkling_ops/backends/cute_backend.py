@@ -28,7 +28,7 @@ import torch
 from .. import kernel_cache, strict
 from ..compile_keys import STANDARD_LAYOUT, CompileKey, DeviceFacts, KVLayout
 from ..problem import RelAttnArgs, RelAttnProblem
-from .base import Backend
+from .base import Backend, index_tensors_packed, with_packed_index_tensors
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -258,7 +258,7 @@ class CuteBackend(Backend):
         if problem.max_seqlen_q <= 0 or problem.num_heads == 0:
             return None
         q, k, v, table, seqlens, cu, rel = args
-        if not (_fits(q, leading=2) and _fits(rel, leading=2) and table.stride(-1) == 1):
+        if not (_fits(q, leading=2) and _fits(rel, leading=2) and index_tensors_packed(args)):
             return None
         if not all(_fits(t, leading=t.dim() - 1) for t in (k, v, out)):
             return None
@@ -277,7 +277,7 @@ class CuteBackend(Backend):
         if problem.num_tokens == 0 or problem.num_reqs == 0 or problem.max_seqlen_q <= 0 or problem.num_heads == 0:
             return  # nothing to compute (and a grid of no blocks cannot launch)
         fn = self._run_function(plan.key, problem)
-        q, k, v, table, seqlens, cu, rel = args
+        q, k, v, table, seqlens, cu, rel = with_packed_index_tensors(args)  # the kernel reads them with unit stride
         if not _fits(q, leading=2):
             q = q.clone(memory_format=torch.contiguous_format)  # a copy (a contiguous q may be misaligned)
         if not _fits(rel, leading=2):
@@ -288,7 +288,5 @@ class CuteBackend(Backend):
                     f"inkling::rel_attn: backend 'cute' needs {name} 16-byte aligned with strides that are "
                     f"multiples of 8 elements (last dim contiguous); got strides {tuple(t.stride())}"
                 )
-        if table.stride(-1) != 1:
-            table = table.contiguous()
         window = kernel_window(problem.window_left)
         fn(q, k, v, out, table, seqlens, cu, rel, problem.softmax_scale, window, problem.max_seqlen_q)

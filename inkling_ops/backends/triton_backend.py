@@ -26,7 +26,7 @@ from ..compile_keys import CompileKey, DeviceFacts, cuda_arch
 from ..heuristics import SplitPolicy
 from ..problem import RelAttnArgs, RelAttnProblem
 from ..workspace import arrival_counts, fp32_workspace
-from .base import Backend
+from .base import Backend, index_tensors_packed, with_packed_index_tensors
 
 #: Split-KV policy of the Triton decode path, from the H200 sweeps (meta/TUNING.md): global decode
 #: was near its best over a wide range of split counts and long single requests fastest at the
@@ -234,8 +234,9 @@ class TritonBackend(Backend):
     def prepare(self, plan, problem: RelAttnProblem, args: RelAttnArgs, out: torch.Tensor):
         """The call's launches bound to its shapes and strides (:class:`PreparedTritonCall`), on
         CUDA tensors outside Triton's interpreter; None otherwise, and for a ``rel_logits`` whose
-        last dimension is strided (each call then copies it, in :meth:`run`)."""
-        if not args.q.is_cuda or _INTERPRETED or args.rel_logits.stride(2) != 1:
+        last dimension is strided or strided index tensors (each call then copies them, in
+        :meth:`run`)."""
+        if not args.q.is_cuda or _INTERPRETED or args.rel_logits.stride(2) != 1 or not index_tensors_packed(args):
             return None
         _, fwd_module, combine_module = _kernel_modules()
         device = args.q.get_device()
@@ -384,6 +385,7 @@ def run_triton(
     if rel_logits.stride(2) != 1:
         # the kernel's bias gather assumes unit stride over d
         args = args._replace(rel_logits=rel_logits.contiguous())
+    args = with_packed_index_tensors(args)  # the kernels index them with unit stride
     part_out = part_lse = arrivals = None
     merges = _kernel_modules()[0].merges_splits(num_splits)
     if num_splits > 1:
