@@ -22,7 +22,7 @@ and that the launch leaves zero. Each stream keeps one such buffer too, allocate
 under capture the call allocates it zeroed through torch, so the graph zeroes it at each replay.
 
 The buffers live until :func:`release_workspaces` (or the process's end): at most
-:data:`REUSE_MAX_BYTES` per stream that ran such a call. Streams are told apart by their CUDA
+:data:`REUSE_MAX_BYTES` per stream that ran such a call. Streams are told apart by their device and CUDA
 handle; a stream destroyed while its work is still running, whose handle a new stream then
 receives, would share its buffer with that work.
 """
@@ -36,8 +36,10 @@ import torch
 #: the largest workspace kept between calls, per stream (bytes); a larger one is allocated per call
 REUSE_MAX_BYTES = 32 << 20
 
-_BUFFERS: dict[int, tuple[torch.Tensor, object]] = {}  # CUDA stream handle -> (fp32 buffer, torch stream)
-_COUNTS: dict[int, tuple[torch.Tensor, object]] = {}  # CUDA stream handle -> (int32 zeros, torch stream)
+#: (device, CUDA stream handle) -> (fp32 buffer, torch stream); the device too, because every
+#: device's default stream has the handle 0
+_BUFFERS: dict[tuple, tuple[torch.Tensor, object]] = {}
+_COUNTS: dict[tuple, tuple[torch.Tensor, object]] = {}  # the same -> (int32 zeros, torch stream)
 
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
 
@@ -64,13 +66,14 @@ def _kept(numel: int, device: torch.device, stream: int, buffers: dict, make, dt
     ``make(numel, dtype=dtype, device=device)`` per call under capture or over the size cap."""
     if 4 * numel > REUSE_MAX_BYTES or _capturing is None or _capturing():
         return make(numel, dtype=dtype, device=device)
-    kept = buffers.get(stream)
+    slot = (device, stream)
+    kept = buffers.get(slot)
     if kept is None or kept[0].numel() < numel:
         user = torch.cuda.current_stream(device) if device.type == "cuda" else None  # None: the unit tests' stand-in
         buffer = _allocate_outside_pools(make, numel, device, dtype)
         if kept is not None:
             _drop(kept)
-        buffers[stream] = (buffer, user)
+        buffers[slot] = (buffer, user)
         return buffer
     return kept[0]
 

@@ -43,6 +43,17 @@ def test_one_buffer_per_stream(clean):
     assert workspace.kept_bytes() == 4 * (a.numel() + b.numel())
 
 
+def test_one_buffer_per_device_for_the_same_stream_handle(clean):
+    """Every CUDA device's default stream has the handle 0: the buffer kept for cuda:0's must not
+    serve cuda:1's (meta and CPU devices stand in for two devices)."""
+    a = workspace.fp32_workspace(100, torch.device("cpu"), stream=0)
+    b = workspace.fp32_workspace(100, torch.device("meta"), stream=0)
+    assert (a.device.type, b.device.type) == ("cpu", "meta")
+    c = workspace.arrival_counts(10, torch.device("cpu"), stream=0)
+    d = workspace.arrival_counts(10, torch.device("meta"), stream=0)
+    assert (c.device.type, d.device.type) == ("cpu", "meta")
+
+
 def test_over_the_cap_allocates_per_call(clean):
     big = workspace.REUSE_MAX_BYTES // 4 + 1
     a = workspace.fp32_workspace(big, CPU, stream=3)
