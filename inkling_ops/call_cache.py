@@ -162,7 +162,22 @@ def run_out(
         checked.check_device_values(problem, block_table, cache_seqlens, cu_seqlens_q)
     if problem.num_tokens == 0 or problem.num_reqs == 0:
         return
+    device = q.get_device()  # -1 on the CPU
+    if device >= 0 and device != _current_cuda_device():
+        # the kernels launch on the current device's context and stream: make the tensors' device
+        # current for the call (a model spread over GPUs in one process calls layers on each)
+        with torch.cuda.device(device):
+            _launch(entry, problem, args, pointers, out)
+        return
+    _launch(entry, problem, args, pointers, out)
+
+
+def _launch(entry: Entry, problem: RelAttnProblem, args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:
     if entry.prepared is not None:
         entry.prepared(args, pointers, out)
     else:
         entry.backend.run(entry.plan, problem, args, out)
+
+
+#: the current CUDA device's index (CUDA is initialised: the call has a CUDA tensor)
+_current_cuda_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device

@@ -448,3 +448,19 @@ def test_an_entry_triton_cannot_load_is_rebuilt_with_a_warning(tmp_path, monkeyp
     with pytest.warns(UserWarning, match="does not load"):
         assert backend.compile(key) == ["kernel"]
     assert loads == [b"stale", b"good"] and backend.compile_stats["compiled"] == 1
+
+
+def test_each_cuda_device_launches_its_own_copy_of_a_kernel(monkeypatch):
+    """Triton loads a CompiledKernel's module on the device current at its first launch and keeps
+    that handle: a second device of the process must get its own copy (one per device, reused)."""
+    from inkling_ops.kernels import triton_launch
+
+    backend = TritonBackend()
+    shared, copies = object(), []
+    monkeypatch.setattr(backend, "_obtain", lambda spec, key, **kw: shared)
+    monkeypatch.setattr(triton_launch, "device_copy", lambda compiled: copies.append(compiled) or object())
+    first = backend._device_kernel("spec", "key", 1)
+    assert first is shared and backend._device_kernel("spec", "key", 1) is shared
+    other = backend._device_kernel("spec", "key", 0)
+    assert other is not shared and copies == [shared]
+    assert backend._device_kernel("spec", "key", 0) is other and len(copies) == 1

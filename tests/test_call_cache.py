@@ -184,3 +184,29 @@ def test_jit_trace_of_the_api_records_the_op():
     assert "inkling::rel_attn" in str(traced.graph)
     q2 = torch.randn_like(q)
     torch.testing.assert_close(traced(q2, k, v, case.rel_logits), layer(q2, k, v, case.rel_logits), rtol=0, atol=0)
+
+
+def test_a_call_on_another_device_than_the_current_one_launches_with_its_device_current(monkeypatch):
+    """A model spread over GPUs in one process calls layers whose tensors are not on the current
+    device; the launch must run with the tensors' device current (its context and stream). CPU
+    stand-in: q reports device 1 while device 0 is current."""
+    import contextlib
+
+    case = make_case(q_lens=[2], kv_lens=[5])
+    entered, launched = [], []
+
+    @contextlib.contextmanager
+    def device_guard(index):
+        entered.append(index)
+        yield
+
+    monkeypatch.setattr(call_cache, "_current_cuda_device", lambda: 0)
+    monkeypatch.setattr(call_cache.torch.cuda, "device", device_guard)
+    real_launch = call_cache._launch
+    monkeypatch.setattr(call_cache, "_launch", lambda *a: launched.append(list(entered)) or real_launch(*a))
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda t: 1)
+    _call(case)
+    assert entered == [1] and launched == [[1]]
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda t: 0)  # already current: no guard
+    _call(case)
+    assert entered == [1] and launched == [[1], [1]]

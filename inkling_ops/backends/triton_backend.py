@@ -115,8 +115,11 @@ class TritonBackend(Backend):
     def __init__(self) -> None:
         #: (key, device index) -> (config, launchers): what a call of that key launches
         self._plans: dict[tuple[CompileKey, int], tuple] = {}
-        #: spec -> Triton's CompiledKernel (not tied to a device)
+        #: spec -> Triton's CompiledKernel (loaded on the device that launches it first)
         self._compiled: dict = {}
+        #: spec -> that device; (spec, device) -> the copy other devices launch (_device_kernel)
+        self._kernel_device: dict = {}
+        self._device_copies: dict = {}
         self._stores: dict[tuple, kernel_cache.KernelStore] = {}
         self._archs: dict[int, str] = {}
         #: how :meth:`compile` and the run path obtained kernels: "memory", "loaded" (persistent
@@ -166,6 +169,20 @@ class TritonBackend(Backend):
         self._compiled[spec] = compiled
         return compiled
 
+    def _device_kernel(self, spec, key: CompileKey, device: int, describe=None):
+        """The compiled kernel of ``spec`` for launches on CUDA device ``device``: the one
+        :meth:`_obtain` keeps, for the first device that launches it, and a copy of it for each
+        other device (``triton_launch.device_copy``: Triton loads a kernel on one device only)."""
+        compiled = self._obtain(spec, key, on_run_path=True, describe=describe)
+        if self._kernel_device.setdefault(spec, device) == device:
+            return compiled
+        copy = self._device_copies.get((spec, device))
+        if copy is None:
+            from ..kernels.triton_launch import device_copy
+
+            copy = self._device_copies[spec, device] = device_copy(compiled)
+        return copy
+
     def _arch(self, device: int) -> str:
         arch = self._archs.get(device)
         if arch is None:
@@ -188,7 +205,7 @@ class TritonBackend(Backend):
         )
         constexprs = plan.constexprs + (None,) * (len(plan.specs) - len(plan.constexprs))
         launchers = tuple(
-            Launcher(self._obtain(spec, key, on_run_path=True, describe=describe), values)
+            Launcher(self._device_kernel(spec, key, device, describe), values)
             for spec, values in zip(plan.specs, constexprs)
         )
         entry = self._plans[key, device] = (plan.config, launchers)

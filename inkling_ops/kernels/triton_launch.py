@@ -225,6 +225,15 @@ def load_kernel(spec: KernelSpec, paths: dict[str, str]):
     return CompiledKernel(spec.source(), {n: str(p) for n, p in paths.items()}, digest)
 
 
+def device_copy(compiled):
+    """A new ``CompiledKernel`` of the same binary as ``compiled``, not yet loaded on any device.
+    Triton loads a ``CompiledKernel``'s module on the device current at its first launch and
+    keeps that one handle, so each further device launches its own copy."""
+    from triton.compiler import CompiledKernel
+
+    return CompiledKernel(compiled.src, compiled.metadata_group, compiled.hash)
+
+
 def _launch_hook_set() -> bool:
     """Whether a launch hook (a profiler's) is installed: Triton 3.6 keeps None when there is
     none, Triton 3.9 an empty ``HookChain``."""
