@@ -155,7 +155,7 @@ def run_out(
         if pointers is None:
             pointers = tuple([t.data_ptr() for t in tensors])
     if torch.is_grad_enabled():
-        check_inference_only(q, key_cache, value_cache, rel_logits)
+        check_inference_only(q, key_cache, value_cache, rel_logits, out)
     problem = entry.problem
     args = RelAttnArgs(q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
     if checked.is_checked_mode():

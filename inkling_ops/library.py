@@ -42,7 +42,7 @@ def _validate(
         q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits,
         max_seqlen_q, softmax_scale, window_size, causal, num_splits, out,
     )  # fmt: skip
-    check_inference_only(q, key_cache, value_cache, rel_logits)
+    check_inference_only(q, key_cache, value_cache, rel_logits, out)
     return problem
 
 

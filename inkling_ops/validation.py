@@ -261,10 +261,12 @@ def check_call(
 
 
 def check_inference_only(*tensors: torch.Tensor) -> None:
-    """Raise if grad mode is on and an input requires grad: the op has no backward."""
+    """Raise if grad mode is on and an input (q, key_cache, value_cache, rel_logits, and out when
+    given) requires grad: the op has no backward, and writing into an ``out`` that autograd
+    tracks would bypass it."""
     if torch.is_grad_enabled():
-        for name, t in zip(("q", "key_cache", "value_cache", "rel_logits"), tensors):
-            if t.requires_grad:
+        for name, t in zip(("q", "key_cache", "value_cache", "rel_logits", "out"), tensors):
+            if t is not None and t.requires_grad:
                 raise RuntimeError(
                     f"{OP_NAME} is inference-only (it has no backward), but argument '{name}' requires grad "
                     "while grad mode is on; call it under torch.no_grad() or torch.inference_mode(), "

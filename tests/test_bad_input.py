@@ -392,6 +392,18 @@ def test_requires_grad_under_grad_mode_raises(name, functional):
     snap.assert_unchanged()
 
 
+def test_an_out_that_requires_grad_under_grad_mode_raises():
+    """Writing into an ``out`` that autograd tracks would bypass autograd (the kernel writes its
+    memory directly): refused like the inputs, through the API and the op."""
+    case = _base_case()
+    args = _api_args(case)
+    args["out"] = args["out"].detach().clone().requires_grad_(True)
+    snap = _Snapshot(*args.values(), case.key_cache, case.value_cache)
+    with torch.enable_grad(), pytest.raises(RuntimeError, match=r"inkling::rel_attn .*'out' requires grad"):
+        _call_api(args)
+    snap.assert_unchanged()
+
+
 @pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode], ids=["no_grad", "inference_mode"])
 def test_requires_grad_inputs_run_without_grad_mode(context):
     """The same requires-grad inputs run fine under no_grad / inference_mode, with the usual result."""
