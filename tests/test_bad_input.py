@@ -215,6 +215,8 @@ BAD_API_CALLS = [
     ),
     Bad("block_table_rank1", _map("block_table", lambda t: t[0]), ValueError, r"'block_table' is of rank 1"),
     Bad("block_table_rows", _map("block_table", lambda t: t[:-1]), ValueError, r"'block_table' is of shape"),
+    Bad("block_table_no_columns", _map("block_table", lambda t: t[:, :0]), ValueError,
+        r"'block_table' is of shape \(\d+, 0\); expected max_blocks_per_seq >= 1"),
     Bad(
         "block_table_not_tensor",
         _map("block_table", lambda t: t.tolist()),

@@ -231,3 +231,32 @@ def test_cute_default_choice_passes_misaligned_calls_to_triton(monkeypatch):
     assert backend.name == "triton" and skipped == []
     assert planning.plan(_problem(), H200, layout=misaligned).backend == "triton"
     assert planning.plan(_problem(), H200, "cute", layout=misaligned).backend == "cute"
+
+
+def test_cute_run_refuses_a_misaligned_cache_before_compiling_anything(monkeypatch):
+    backend = planning.get_backend("cute")
+    case, args, out, problem, plan = _bound_calls(([3, 1], [40, 20]))
+    monkeypatch.setattr(backend, "_run_function", lambda *a: pytest.fail("compiled or loaded a kernel it cannot run"))
+    flat = torch.empty(args.key_cache.numel() + 1, dtype=args.key_cache.dtype)[1:]
+    k = flat.view(args.key_cache.shape).copy_(args.key_cache)  # 2 bytes off a 16-byte boundary
+    with pytest.raises(ValueError, match="backend 'cute' needs key_cache 16-byte aligned"):
+        backend.run(plan, problem, args._replace(key_cache=k), out)
+
+
+def test_grids_past_cudas_limits_are_refused_by_name_not_launched():
+    """CUDA allows 65535 blocks in a grid's y and z: Triton's forward puts requests x KV heads in
+    z and the splits in y, CuTe's dense grid the requests in z. Such calls are declared
+    unsupported (the dispatcher then warns and runs another backend; forced, a clear error)
+    instead of failing at launch."""
+    triton_backend = planning.get_backend("triton")
+    many = _problem(q=4096, kv_heads=16)._replace(num_heads=64, num_reqs=4096, max_seqlen_q=1, num_tokens=4096)
+    assert "4096 requests x 16 KV heads = 65536 programs" in triton_backend.why_not(many, H200)
+    assert triton_backend.why_not(many._replace(num_reqs=4095), H200) is None
+    assert "num_splits 70000" in triton_backend.why_not(_problem()._replace(num_splits=70000), H200)
+    chosen, skipped = planning.select_backend(many, H200, None)  # the dispatcher warns with these reasons
+    assert chosen.name == "reference" and any("triton: 4096 requests x 16 KV heads" in r for r in skipped)
+    cute = planning.get_backend("cute")
+    decodes = _problem(q=70000)._replace(num_reqs=70000, max_seqlen_q=1)
+    assert "70000 requests on its dense grid" in cute.why_not(decodes, H200)
+    chunks = decodes._replace(max_seqlen_q=512)  # the compact grid: blocks along x
+    assert cute_backend.compact_grid(chunks) and cute.why_not(chunks, H200) is None

@@ -19,6 +19,10 @@ from ..heuristics import SplitPolicy
 from ..problem import RelAttnArgs, RelAttnProblem
 
 
+#: CUDA's limit on a launch grid's y and z dimensions (x reaches 2**31 - 1)
+CUDA_GRID_YZ_MAX = 65535
+
+
 class Backend(abc.ABC):
     """One implementation of rel_attn for one or more device types."""
 

@@ -28,7 +28,7 @@ import torch
 from .. import kernel_cache, strict
 from ..compile_keys import STANDARD_LAYOUT, CompileKey, DeviceFacts, KVLayout
 from ..problem import RelAttnArgs, RelAttnProblem
-from .base import Backend, index_tensors_packed, with_packed_index_tensors
+from .base import CUDA_GRID_YZ_MAX, Backend, index_tensors_packed, with_packed_index_tensors
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -188,6 +188,8 @@ class CuteBackend(Backend):
             return f"num_splits {problem.num_splits}: it does not split the KV range (num_splits 0 or 1)"
         if not problem.causal:
             return "it computes causal attention only"
+        if not compact_grid(problem) and problem.num_reqs > CUDA_GRID_YZ_MAX:  # the dense grid's z
+            return f"{problem.num_reqs} requests on its dense grid (one grid dimension); CUDA allows {CUDA_GRID_YZ_MAX}"
         return None
 
     def compact_grid(self, problem: RelAttnProblem) -> bool:
@@ -276,17 +278,17 @@ class CuteBackend(Backend):
         """Launch the kernel of ``plan.key`` on the call's tensors, writing ``out``."""
         if problem.num_tokens == 0 or problem.num_reqs == 0 or problem.max_seqlen_q <= 0 or problem.num_heads == 0:
             return  # nothing to compute (and a grid of no blocks cannot launch)
-        fn = self._run_function(plan.key, problem)
         q, k, v, table, seqlens, cu, rel = with_packed_index_tensors(args)  # the kernel reads them with unit stride
-        if not _fits(q, leading=2):
-            q = q.clone(memory_format=torch.contiguous_format)  # a copy (a contiguous q may be misaligned)
-        if not _fits(rel, leading=2):
-            rel = rel.clone(memory_format=torch.contiguous_format)
-        for name, t in (("key_cache", k), ("value_cache", v), ("out", out)):
+        for name, t in (("key_cache", k), ("value_cache", v), ("out", out)):  # before any compile or copy
             if not _fits(t, leading=t.dim() - 1):
                 raise ValueError(
                     f"inkling::rel_attn: backend 'cute' needs {name} 16-byte aligned with strides that are "
                     f"multiples of 8 elements (last dim contiguous); got strides {tuple(t.stride())}"
                 )
+        fn = self._run_function(plan.key, problem)
+        if not _fits(q, leading=2):
+            q = q.clone(memory_format=torch.contiguous_format)  # a copy (a contiguous q may be misaligned)
+        if not _fits(rel, leading=2):
+            rel = rel.clone(memory_format=torch.contiguous_format)
         window = kernel_window(problem.window_left)
         fn(q, k, v, out, table, seqlens, cu, rel, problem.softmax_scale, window, problem.max_seqlen_q)

@@ -26,7 +26,7 @@ from ..compile_keys import CompileKey, DeviceFacts, cuda_arch
 from ..heuristics import SplitPolicy
 from ..problem import RelAttnArgs, RelAttnProblem
 from ..workspace import arrival_counts, fp32_workspace
-from .base import Backend, index_tensors_packed, with_packed_index_tensors
+from .base import CUDA_GRID_YZ_MAX, Backend, index_tensors_packed, with_packed_index_tensors
 
 #: Split-KV policy of the Triton decode path, from the H200 sweeps (meta/TUNING.md): global decode
 #: was near its best over a wide range of split counts and long single requests fastest at the
@@ -227,6 +227,11 @@ class TritonBackend(Backend):
             return f"head_dim {problem.head_dim} is not one of {SUPPORTED_HEAD_DIMS}"
         if problem.q_per_kv > 64:
             return f"{problem.q_per_kv} query heads per KV head; at most 64"
+        if problem.num_reqs * problem.num_kv_heads > CUDA_GRID_YZ_MAX:  # the forward grid's z
+            return (f"{problem.num_reqs} requests x {problem.num_kv_heads} KV heads = {problem.num_reqs * problem.num_kv_heads} "
+                    f"programs in one grid dimension; CUDA allows {CUDA_GRID_YZ_MAX}")  # fmt: skip
+        if problem.num_splits > CUDA_GRID_YZ_MAX:  # the forward grid's y
+            return f"num_splits {problem.num_splits}; at most {CUDA_GRID_YZ_MAX} (a grid dimension)"
         return None
 
     def launch_plan(self, key: CompileKey, problem: RelAttnProblem) -> tuple[object, int]:
