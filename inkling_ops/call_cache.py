@@ -168,8 +168,10 @@ def run_out(
         # current for the call (a model spread over GPUs in one process calls layers on each)
         with torch.cuda.device(device):
             _launch(entry, problem, args, pointers, out)
-        return
-    _launch(entry, problem, args, pointers, out)
+    elif entry.prepared is not None:  # (the common case, without _launch's frame)
+        entry.prepared(args, pointers, out)
+    else:
+        entry.backend.run(entry.plan, problem, args, out)
 
 
 def _launch(entry: Entry, problem: RelAttnProblem, args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:

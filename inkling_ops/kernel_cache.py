@@ -240,13 +240,15 @@ class KernelStore:
         broken copy, or cleared the store) is looked up again; ``build()`` runs at most once.
         """
         built: dict[str, bytes] | None = None
+        vanished: FileNotFoundError | None = None
         for _ in range(4):
             paths = self.get(entry)
             if paths is not None:
                 try:
                     return load(paths), "loaded" if built is None else "compiled"
-                except FileNotFoundError:
-                    continue  # replaced under us: look again
+                except FileNotFoundError as exc:
+                    vanished = self._vanished(exc, entry)  # replaced under us: look again (else raises)
+                    continue
                 except Exception as exc:  # a complete entry the toolchain cannot read: rebuild it
                     warnings.warn(f"inkling_ops kernel cache: entry {self.directory / entry} does not load ({exc}); "
                                   "rebuilding it", stacklevel=2)  # fmt: skip
@@ -255,9 +257,17 @@ class KernelStore:
                 built = build()
             try:
                 return load(self.put(entry, built, describe=describe)), "compiled"
-            except FileNotFoundError:
-                continue
-        raise RuntimeError(f"inkling_ops kernel cache: entry {self.directory / entry} kept vanishing while it was loaded")
+            except FileNotFoundError as exc:
+                vanished = self._vanished(exc, entry)
+        raise RuntimeError(f"inkling_ops kernel cache: entry {self.directory / entry} kept vanishing while it was loaded") from vanished
+
+    def _vanished(self, exc: FileNotFoundError, entry: str) -> FileNotFoundError:
+        """``exc`` when it is about a file of ``entry`` (the entry vanished under us); any other
+        missing file (a library the loader needs) is the loader's own error, raised as it is."""
+        where = str(self.directory / entry)
+        if exc.filename is None or not str(exc.filename).startswith(where):
+            raise exc
+        return exc
 
     def note_keys(self, keys: Iterable[dict]) -> None:
         """Record compile keys (each as a dict of its fields) that a warmup compiled or loaded into

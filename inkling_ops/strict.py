@@ -21,13 +21,18 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 
 def _strict_from_environment(value: str | None) -> bool:
-    """``INKLING_OPS_STRICT``: 1 / true / yes / on, or 0 / false / no / off (or unset, or empty)."""
+    """``INKLING_OPS_STRICT``: an integer (0 off, any other on), true / yes / on, or false / no /
+    off (or unset, or empty). Anything else fails the import with a ``ValueError`` naming it."""
     word = (value or "").strip().lower()
-    if word in ("", "0", "false", "no", "off"):
+    if word in ("", "false", "no", "off"):
         return False
-    if word in ("1", "true", "yes", "on"):
+    if word in ("true", "yes", "on"):
         return True
-    raise ValueError(f"INKLING_OPS_STRICT is {value!r}; expected 1, true, yes or on (strict) or 0, false, no or off")
+    try:
+        return int(word) != 0
+    except ValueError:
+        raise ValueError(f"INKLING_OPS_STRICT is {value!r}; expected an integer (0: off), true, yes or on, "
+                         "or false, no or off") from None  # fmt: skip
 
 
 _state = {"strict": _strict_from_environment(os.environ.get("INKLING_OPS_STRICT"))}

@@ -211,10 +211,10 @@ def check_call(
         raise _fail(
             "block_table", f"of shape {_shape(block_table)}", f"({num_reqs}, max_blocks_per_seq): one row per request"
         )
-    if num_reqs and block_table.shape[1] == 0:
+    if num_reqs and num_tokens and block_table.shape[1] == 0:
         # no page to address: a kernel that fetches a tile's page before knowing it has none would
         # read before the table (the clamps bound page indices by the width from above only)
-        raise _fail("block_table", f"of shape {_shape(block_table)}", "max_blocks_per_seq >= 1 when there are requests")
+        raise _fail("block_table", f"of shape {_shape(block_table)}", "max_blocks_per_seq >= 1 when there are requests and tokens")
 
     _check_int_kind("max_seqlen_q", max_seqlen_q)
     if num_tokens > 0 and max_seqlen_q <= 0:

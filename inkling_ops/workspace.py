@@ -36,8 +36,8 @@ import torch
 #: the largest workspace kept between calls, per stream (bytes); a larger one is allocated per call
 REUSE_MAX_BYTES = 32 << 20
 
-#: (device, CUDA stream handle) -> (fp32 buffer, torch stream); the device too, because every
-#: device's default stream has the handle 0
+#: (device index, CUDA stream handle) -> (fp32 buffer, torch stream); the device too, because
+#: every device's default stream has the handle 0
 _BUFFERS: dict[tuple, tuple[torch.Tensor, object]] = {}
 _COUNTS: dict[tuple, tuple[torch.Tensor, object]] = {}  # the same -> (int32 zeros, torch stream)
 
@@ -66,7 +66,7 @@ def _kept(numel: int, device: torch.device, stream: int, buffers: dict, make, dt
     ``make(numel, dtype=dtype, device=device)`` per call under capture or over the size cap."""
     if 4 * numel > REUSE_MAX_BYTES or _capturing is None or _capturing():
         return make(numel, dtype=dtype, device=device)
-    slot = (device, stream)
+    slot = (device.index, stream)
     kept = buffers.get(slot)
     if kept is None or kept[0].numel() < numel:
         user = torch.cuda.current_stream(device) if device.type == "cuda" else None  # None: the unit tests' stand-in

@@ -293,6 +293,27 @@ def test_strict_mode_refuses_a_compile_on_the_run_path_but_not_a_store_hit(tmp_p
     assert backend.compile_stats == dict(memory=1, loaded=1, compiled=0)
 
 
+def test_the_run_paths_strict_error_compares_with_the_keys_recorded_in_the_store(tmp_path, monkeypatch):
+    """Both backends pass the store's recorded warm keys to strict mode's message (a serving
+    process that only loads what another machine warmed names the differing field)."""
+    import dataclasses
+
+    from inkling_ops.backends.cute_backend import CuteBackend
+
+    monkeypatch.setenv("INKLING_OPS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(strict, "_warmed", {})
+    key = _key(_case())
+    for backend, run_path in ((TritonBackend(), lambda b: b._obtain(kernel_plan(key).specs[0], key, on_run_path=True)),
+                              (CuteBackend(), lambda b: b._function(dataclasses.replace(key, backend="cute"), on_run_path=True))):  # fmt: skip
+        name = backend.name
+        warmed = dataclasses.replace(key, backend=name, max_seqlen_q_bucket=64)
+        backend.store(key.arch).directory.mkdir(parents=True, exist_ok=True)
+        backend.record_warmed([warmed])
+        with strict.strict_compiles(), pytest.raises(strict.StrictCompileError) as info:
+            run_path(backend)
+        assert f"max_seqlen_q_bucket={key.max_seqlen_q_bucket} (warmed: 64; configuration field: max_num_batched_tokens" in str(info.value), name
+
+
 def test_reference_backend_compiles_nothing():
     from inkling_ops.backends.reference import ReferenceBackend
 
@@ -464,3 +485,58 @@ def test_each_cuda_device_launches_its_own_copy_of_a_kernel(monkeypatch):
     other = backend._device_kernel("spec", "key", 0)
     assert other is not shared and copies == [shared]
     assert backend._device_kernel("spec", "key", 0) is other and len(copies) == 1
+
+
+def test_a_kernel_a_warmup_loaded_stays_with_the_warmups_device(monkeypatch):
+    """warmup's compile() loads each kernel on the current device (0); serving on device 1 must
+    then launch a copy, not the kernel loaded on device 0."""
+    from inkling_ops.kernels import triton_launch
+
+    class Kernel:
+        loads = 0
+
+        @property
+        def run(self):
+            type(self).loads += 1
+            return None
+
+    backend = TritonBackend()
+    kept = Kernel()
+    key = _key(_case())
+    monkeypatch.setattr(backend, "_obtain", lambda spec, key, **kw: kept)
+    monkeypatch.setattr(triton_backend, "_INTERPRETED", False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(backend, "_arch", lambda device: key.arch)
+    monkeypatch.setattr(triton_launch, "device_copy", lambda compiled: Kernel())
+    backend.compile(key)  # the warmup, with device 0 current
+    assert Kernel.loads == len(kernel_plan(key).specs)
+    spec = kernel_plan(key).specs[0]
+    assert backend._device_kernel(spec, key, 0) is kept
+    assert backend._device_kernel(spec, key, 1) is not kept
+
+
+DEVICE_COPY = (
+    "from inkling_ops import kernel_cache\n"
+    "from inkling_ops.backends.triton_backend import TritonBackend, kernel_plan\n"
+    "from inkling_ops.compile_keys import CompileKey\n"
+    "from inkling_ops.kernels import triton_launch\n"
+    "key = CompileKey(dtype='bfloat16', kv_dtype='bfloat16', head_dim=32, q_per_kv=2, page_size=16, rel_extent=16,\n"
+    "                 causal=True, window_left=-1, max_seqlen_q_bucket=1, num_splits=1, arch='sm_90a', backend='triton',\n"
+    "                 num_kv_heads=2, kv_slot_shift=6)\n"
+    "(compiled,) = TritonBackend().compile(key)\n"
+    "compiled.module, compiled.function = 'device 0 module', 'its function'  # as after a launch on device 0\n"
+    "kernel_cache.clear()  # the store's files gone: the copy must not need them\n"
+    "copy = triton_launch.device_copy(compiled)\n"
+    "assert type(copy) is type(compiled) and copy is not compiled\n"
+    "assert copy.kernel is compiled.kernel and copy.asm is compiled.asm and copy.metadata is compiled.metadata\n"
+    "assert copy.module is None and copy.function is None and copy._run is None\n"
+    "compiled.module = compiled.function = None  # stand-ins: nothing to unload\n"
+    "print('ok')\n"
+)
+
+
+def test_device_copy_shares_the_binary_and_holds_no_module(tmp_path):
+    """The copy another device launches is made from memory (the store's files may be gone
+    meanwhile) and is not loaded anywhere yet: Triton's own CompiledKernel, compiled for sm_90a."""
+    assert _python(DEVICE_COPY, tmp_path).strip().splitlines()[-1] == "ok"

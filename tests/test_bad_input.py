@@ -599,3 +599,11 @@ except ValueError as e:
 def test_checked_mode_env_var_read_at_import(env_value, expected):
     """INKLING_OPS_CHECKED is read at import; checked mode is off by default (bad values pass unchecked)."""
     assert _run_with_env(env_value, _ENV_PROBE) == expected
+
+
+def test_a_zero_width_block_table_is_accepted_when_there_are_no_tokens():
+    """Nothing is launched for a call without tokens, so its table may have no columns (a
+    scheduler step with requests and no new tokens); with tokens it is refused (above)."""
+    case = make_case(q_lens=[0, 0], kv_lens=[0, 0])
+    out = inkling_ops.rel_attn(*case.args(), **(case.kwargs() | dict(block_table=case.block_table[:, :0])))
+    assert out.shape == case.q.shape

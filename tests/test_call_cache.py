@@ -207,6 +207,7 @@ def test_a_call_on_another_device_than_the_current_one_launches_with_its_device_
     monkeypatch.setattr(torch.Tensor, "get_device", lambda t: 1)
     _call(case)
     assert entered == [1] and launched == [[1]]
-    monkeypatch.setattr(torch.Tensor, "get_device", lambda t: 0)  # already current: no guard
-    _call(case)
-    assert entered == [1] and launched == [[1], [1]]
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda t: 0)  # already current: no guard, launched directly
+    got = _call(case)
+    assert entered == [1] and launched == [[1]]
+    torch.testing.assert_close(got, inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference"))

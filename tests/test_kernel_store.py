@@ -232,7 +232,7 @@ def test_obtain_loads_builds_once_and_looks_again_when_an_entry_vanishes(tmp_pat
     def load(paths):
         loads.append(1)
         if len(loads) == 1:  # another process replaced the entry between our lookup and our read
-            raise FileNotFoundError(paths["k.cubin"])
+            raise FileNotFoundError(2, "No such file or directory", str(paths["k.cubin"]))
         return {name: p.read_bytes() for name, p in paths.items()}
 
     got, how = store.obtain("e1", load, build)
@@ -240,6 +240,36 @@ def test_obtain_loads_builds_once_and_looks_again_when_an_entry_vanishes(tmp_pat
     loads.clear()
     loads.append(1)  # the next load succeeds
     assert store.obtain("e1", load, build) == (FILES, "loaded") and len(builds) == 1
+
+
+def test_obtain_raises_a_loaders_own_missing_file_as_it_is(tmp_path):
+    """Only a missing file of the entry means it vanished; a library the loader lacks is its error."""
+    store = _store(tmp_path)
+
+    def load(paths):
+        raise FileNotFoundError(2, "No such file or directory", "/usr/lib/libcuda-missing.so")
+
+    with pytest.raises(FileNotFoundError, match="libcuda-missing"):
+        store.obtain("e1", load, lambda: FILES)
+
+
+def test_put_keeps_an_entry_another_writer_completed_between_our_check_and_our_move(tmp_path, monkeypatch):
+    """The race of two writers replacing one broken entry, inside put(): our check saw it broken,
+    then the other writer installed its complete entry before we moved 'the broken one' aside.
+    Its entry (not ours) must be what stays, and nothing may be deleted under its readers."""
+    store = _store(tmp_path)
+    theirs = {"k.json": b'{"theirs": 1}', "k.cubin": b"their cubin"}
+    store.put("e1", theirs)  # in place by the time we act
+    real_check, calls = KernelStore._check, []
+
+    def stale_check(path):
+        calls.append(path)
+        return "no manifest" if len(calls) == 1 else real_check(path)  # our first look predates theirs
+
+    monkeypatch.setattr(KernelStore, "_check", staticmethod(stale_check))
+    paths = store.put("e1", FILES)
+    assert {name: p.read_bytes() for name, p in paths.items()} == theirs
+    assert not [p for p in store.directory.iterdir() if p.name.startswith(".")]
 
 
 def test_obtain_rebuilds_a_complete_entry_that_does_not_load(tmp_path):
@@ -308,16 +338,24 @@ def test_clear_leaves_directories_that_are_not_stores_alone(tmp_path):
     assert (tmp_path / "pip" / "http" / "blob").read_bytes() == b"someone else's"
 
 
-def test_the_triton_store_fingerprint_holds_ptxas_and_tritons_environment(tmp_path, monkeypatch):
-    """A cubin assembled by another ptxas (TRITON_PTXAS_PATH, or another bundled version) must not
-    be read as ours: those facts are in the Triton store's directory name, as in Triton's own key."""
+def test_the_triton_store_fingerprint_holds_ptxas_and_the_code_environment(tmp_path, monkeypatch):
+    """A cubin assembled by another ptxas (by its version text) or under code-changing variables
+    (PTXAS_OPTIONS, fp fusion, ...) must not be read as ours; variables that only move caches or
+    run-time libraries must not split the store (a build machine's store serves the GPU host)."""
     from inkling_ops.backends.triton_backend import TritonBackend
 
     monkeypatch.setenv("INKLING_OPS_CACHE_DIR", str(tmp_path))
+    for name in ("PTXAS_OPTIONS", "TRITON_DEFAULT_FP_FUSION", "TRITON_LIBCUDA_PATH", "TRITON_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
     facts = TritonBackend().store("sm_90a").facts["toolchain"]["triton_compiler"]
     assert set(facts) == {"ptxas", "environment"} and len(facts["ptxas"]) == 16
     base = TritonBackend().store("sm_90a").directory
-    monkeypatch.setenv("TRITON_PTXAS_PATH", str(tmp_path / "another-ptxas"))
-    moved = TritonBackend().store("sm_90a")
-    assert "TRITON_PTXAS_PATH=" in moved.facts["toolchain"]["triton_compiler"]["environment"]
-    assert moved.directory != base
+    monkeypatch.setenv("TRITON_LIBCUDA_PATH", str(tmp_path / "lib"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    assert TritonBackend().store("sm_90a").directory == base
+    for name, value in (("PTXAS_OPTIONS", "--maxrregcount=64"), ("TRITON_DEFAULT_FP_FUSION", "0")):
+        monkeypatch.setenv(name, value)
+        moved = TritonBackend().store("sm_90a")
+        assert f"{name}={value}" in moved.facts["toolchain"]["triton_compiler"]["environment"]
+        assert moved.directory != base
+        monkeypatch.delenv(name)

@@ -59,14 +59,15 @@ def test_environment_variable_turns_strict_mode_on():
     assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False"), on.stderr + off.stderr
 
 
-@pytest.mark.parametrize("value, want", [("1", True), ("true", True), ("On", True), ("yes", True), ("", False),
-                                         ("0", False), ("false", False), ("OFF", False), ("no", False), (None, False)])  # fmt: skip
+@pytest.mark.parametrize("value, want", [("1", True), ("2", True), ("true", True), ("On", True), ("yes", True), ("", False),
+                                         ("0", False), ("00", False), ("false", False), ("OFF", False), ("no", False),
+                                         (None, False)])  # fmt: skip
 def test_environment_values_read_as_words(value, want):
     assert strict._strict_from_environment(value) is want
 
 
 def test_an_unreadable_environment_value_is_refused_by_name():
-    with pytest.raises(ValueError, match="INKLING_OPS_STRICT is 'maybe'; expected 1, true"):
+    with pytest.raises(ValueError, match="INKLING_OPS_STRICT is .maybe.; expected an integer"):
         strict._strict_from_environment("maybe")
 
 

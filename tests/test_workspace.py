@@ -43,15 +43,18 @@ def test_one_buffer_per_stream(clean):
     assert workspace.kept_bytes() == 4 * (a.numel() + b.numel())
 
 
-def test_one_buffer_per_device_for_the_same_stream_handle(clean):
+def test_one_buffer_per_device_for_the_same_stream_handle(clean, monkeypatch):
     """Every CUDA device's default stream has the handle 0: the buffer kept for cuda:0's must not
-    serve cuda:1's (meta and CPU devices stand in for two devices)."""
-    a = workspace.fp32_workspace(100, torch.device("cpu"), stream=0)
-    b = workspace.fp32_workspace(100, torch.device("meta"), stream=0)
-    assert (a.device.type, b.device.type) == ("cpu", "meta")
-    c = workspace.arrival_counts(10, torch.device("cpu"), stream=0)
-    d = workspace.arrival_counts(10, torch.device("meta"), stream=0)
-    assert (c.device.type, d.device.type) == ("cpu", "meta")
+    serve cuda:1's (the allocation stood in by CPU tensors)."""
+    monkeypatch.setattr(workspace, "_allocate_outside_pools", lambda make, numel, device, dtype: make(numel, dtype=dtype))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: None)
+    zero, one = torch.device("cuda", 0), torch.device("cuda", 1)
+    a = workspace.fp32_workspace(100, zero, stream=0)
+    b = workspace.fp32_workspace(100, one, stream=0)
+    assert a.data_ptr() != b.data_ptr() and workspace.fp32_workspace(100, zero, stream=0).data_ptr() == a.data_ptr()
+    c = workspace.arrival_counts(10, zero, stream=0)
+    d = workspace.arrival_counts(10, one, stream=0)
+    assert c.data_ptr() != d.data_ptr()
 
 
 def test_over_the_cap_allocates_per_call(clean):

@@ -144,10 +144,13 @@ class TritonBackend(Backend):
         """Every kernel ``key`` launches (Triton ``CompiledKernel`` objects, not loaded on any
         device), from memory, the persistent store, or ``triton.compile`` for the key's arch
         (which needs no GPU). Compiled kernels are written to the store."""
-        kernels = [self._obtain(spec, key) for spec in kernel_plan(key).specs]
+        specs = kernel_plan(key).specs
+        kernels = [self._obtain(spec, key) for spec in specs]
         if not _INTERPRETED and torch.cuda.is_available() and self._arch(torch.cuda.current_device()) == key.arch:
-            for kernel in kernels:
-                kernel.run  # noqa: B018  (loads the module on this device and builds Triton's launcher for it)
+            device = torch.cuda.current_device()
+            for spec in specs:
+                # loads this device's kernel (the kept one, or its copy) and builds Triton's launcher
+                self._device_kernel(spec, key, device, on_run_path=False).run  # noqa: B018
         return kernels
 
     def _obtain(self, spec, key: CompileKey, *, on_run_path: bool = False, describe=None):
@@ -169,11 +172,12 @@ class TritonBackend(Backend):
         self._compiled[spec] = compiled
         return compiled
 
-    def _device_kernel(self, spec, key: CompileKey, device: int, describe=None):
+    def _device_kernel(self, spec, key: CompileKey, device: int, describe=None, *, on_run_path: bool = True):
         """The compiled kernel of ``spec`` for launches on CUDA device ``device``: the one
-        :meth:`_obtain` keeps, for the first device that launches it, and a copy of it for each
-        other device (``triton_launch.device_copy``: Triton loads a kernel on one device only)."""
-        compiled = self._obtain(spec, key, on_run_path=True, describe=describe)
+        :meth:`_obtain` keeps, for the first device that loads or plans it (a warmup's
+        :meth:`compile` on the current device counts), and a copy of it for each other device
+        (``triton_launch.device_copy``: Triton loads a kernel on one device only)."""
+        compiled = self._obtain(spec, key, on_run_path=on_run_path, describe=describe)
         if self._kernel_device.setdefault(spec, device) == device:
             return compiled
         copy = self._device_copies.get((spec, device))

@@ -57,22 +57,24 @@ def cuda_target(arch: str) -> int:
     return int(digits)
 
 
-#: ``TRITON_*`` variables that change where Triton keeps or prints things, not the code it makes
-#: (every other ``TRITON_*`` variable enters :func:`compiler_facts`)
-_TRITON_ENV_NOT_CODE = frozenset({
-    "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_CACHE_MANAGER", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR",
-    "TRITON_INTERPRET", "TRITON_PRINT_AUTOTUNING", "TRITON_ALWAYS_COMPILE", "TRITON_DUMP_PTXAS_LOG",
-})  # fmt: skip
+#: environment variables that change the code Triton makes for NVIDIA GPUs (its knobs of that
+#: kind); the ptxas binary enters by its version text instead, so its path does not split stores
+CODE_ENVIRONMENT = (
+    "PTXAS_OPTIONS", "DISABLE_PTXAS_OPT", "DISABLE_LLVM_OPT", "TRITON_LIBDEVICE_PATH", "TRITON_DEFAULT_FP_FUSION",
+    "TRITON_FORCE_DISABLE_FP_FUSION", "TRITON_F32_DEFAULT", "TRITON_OVERRIDE_ARCH", "TRITON_KERNEL_OVERRIDE",
+    "TRITON_DEBUG", "TRITON_MOCK_PTX_VERSION",
+)  # fmt: skip
 
 
 def compiler_facts(arch: str) -> dict[str, str]:
     """What shapes a compiled kernel for ``arch`` besides Triton's version (facts for the kernel
-    store's fingerprint): the version text of the ptxas Triton assembles with, as its CUDA
-    backend's hash gives it, and the environment Triton compiles under: the variables of Triton's
-    own cache key, every ``TRITON_*`` variable but those that only move caches and dumps
-    (``TRITON_PTXAS_PATH``, ``TRITON_LIBDEVICE_PATH``, ``TRITON_DEFAULT_FP_FUSION``, ...), and
-    ``DISABLE_PTXAS_OPT`` / ``DISABLE_LLVM_OPT``. A ptxas that cannot be run is recorded as such
-    (a store may still be read on a machine that never compiles)."""
+    store's fingerprint): the version text of the ptxas Triton assembles ``arch`` with, as its
+    CUDA backend's hash gives it (whichever binary that is: ``TRITON_PTXAS_PATH``,
+    ``TRITON_PTXAS_BLACKWELL_PATH`` or the bundled one), and the environment variables that
+    change the code (:data:`CODE_ENVIRONMENT`, and those of Triton's own cache key). Variables
+    that only move caches, dumps or libraries used at run time do not enter, so a store warmed
+    on a build machine still serves a GPU host that sets them. A ptxas that cannot be run is
+    recorded as such (a store may still be read on a machine that never compiles)."""
     from triton._C.libtriton import get_cache_invalidating_env_vars
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import make_backend
@@ -82,10 +84,7 @@ def compiler_facts(arch: str) -> dict[str, str]:
     except Exception as exc:  # no ptxas, or one that fails to report its version
         assembler = f"unavailable ({type(exc).__name__})"
     env = dict(get_cache_invalidating_env_vars())
-    env.update(
-        (name, value) for name, value in os.environ.items()
-        if (name.startswith("TRITON_") and name not in _TRITON_ENV_NOT_CODE) or name in ("DISABLE_PTXAS_OPT", "DISABLE_LLVM_OPT")
-    )  # fmt: skip
+    env.update((name, os.environ[name]) for name in CODE_ENVIRONMENT if name in os.environ)
     return {
         "ptxas": hashlib.sha256(assembler.encode()).hexdigest()[:16],
         "environment": ";".join(f"{k}={v}" for k, v in sorted(env.items())),
@@ -225,13 +224,23 @@ def load_kernel(spec: KernelSpec, paths: dict[str, str]):
     return CompiledKernel(spec.source(), {n: str(p) for n, p in paths.items()}, digest)
 
 
-def device_copy(compiled):
-    """A new ``CompiledKernel`` of the same binary as ``compiled``, not yet loaded on any device.
-    Triton loads a ``CompiledKernel``'s module on the device current at its first launch and
-    keeps that one handle, so each further device launches its own copy."""
-    from triton.compiler import CompiledKernel
+#: the attributes of a ``CompiledKernel`` that hold its loaded module (None until its first launch)
+_DEVICE_HANDLES = ("module", "function", "_run", "_module_pid")
 
-    return CompiledKernel(compiled.src, compiled.metadata_group, compiled.hash)
+
+def device_copy(compiled):
+    """A ``CompiledKernel`` of the same binary as ``compiled`` (shared, not re-read from disk),
+    not loaded on any device. Triton loads a ``CompiledKernel``'s module on the device current
+    at its first launch and keeps that one handle, so each further device launches its own copy."""
+    import copy
+
+    fresh = copy.copy(compiled)
+    for name in _DEVICE_HANDLES:
+        if name in fresh.__dict__:
+            setattr(fresh, name, None)
+    if getattr(fresh, "module", None) is not None:  # pragma: no cover - a Triton that keeps it elsewhere
+        raise RuntimeError("triton_launch.device_copy: this Triton's CompiledKernel keeps its module handle elsewhere")
+    return fresh
 
 
 def _launch_hook_set() -> bool:
