@@ -141,16 +141,16 @@ class TritonBackend(Backend):
         return store
 
     def compile(self, key: CompileKey) -> list:
-        """Every kernel ``key`` launches (Triton ``CompiledKernel`` objects, not loaded on any
-        device), from memory, the persistent store, or ``triton.compile`` for the key's arch
-        (which needs no GPU). Compiled kernels are written to the store."""
+        """Every kernel ``key`` launches (Triton ``CompiledKernel`` objects), from memory, the
+        persistent store, or ``triton.compile`` for the key's arch (which needs no GPU). Compiled
+        kernels are written to the store. On a GPU of the key's arch, each kernel is also loaded
+        on the current device (its own copy if another device loaded the kept one first)."""
         specs = kernel_plan(key).specs
         kernels = [self._obtain(spec, key) for spec in specs]
         if not _INTERPRETED and torch.cuda.is_available() and self._arch(torch.cuda.current_device()) == key.arch:
             device = torch.cuda.current_device()
-            for spec in specs:
-                # loads this device's kernel (the kept one, or its copy) and builds Triton's launcher
-                self._device_kernel(spec, key, device, on_run_path=False).run  # noqa: B018
+            for spec, kernel in zip(specs, kernels):
+                self._for_device(spec, kernel, device).run  # noqa: B018  (loads it and builds Triton's launcher)
         return kernels
 
     def _obtain(self, spec, key: CompileKey, *, on_run_path: bool = False, describe=None):
@@ -172,12 +172,16 @@ class TritonBackend(Backend):
         self._compiled[spec] = compiled
         return compiled
 
-    def _device_kernel(self, spec, key: CompileKey, device: int, describe=None, *, on_run_path: bool = True):
+    def _device_kernel(self, spec, key: CompileKey, device: int, describe=None):
         """The compiled kernel of ``spec`` for launches on CUDA device ``device``: the one
         :meth:`_obtain` keeps, for the first device that loads or plans it (a warmup's
         :meth:`compile` on the current device counts), and a copy of it for each other device
         (``triton_launch.device_copy``: Triton loads a kernel on one device only)."""
-        compiled = self._obtain(spec, key, on_run_path=on_run_path, describe=describe)
+        return self._for_device(spec, self._obtain(spec, key, on_run_path=True, describe=describe), device)
+
+    def _for_device(self, spec, compiled, device: int):
+        """``compiled`` (the kept kernel of ``spec``) if ``device`` loads it first, else that
+        device's copy (see :meth:`_device_kernel`)."""
         if self._kernel_device.setdefault(spec, device) == device:
             return compiled
         copy = self._device_copies.get((spec, device))
