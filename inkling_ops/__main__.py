@@ -52,10 +52,11 @@ def _arch(arch: str) -> str:
     A100): the name the serving process's kernels are stored and looked up under."""
     digits = arch.removeprefix("sm_").removesuffix("a")
     if arch.startswith("sm_") and digits.isdigit() and len(digits) >= 2:
-        if arch == cuda_arch((int(digits[:-1]), int(digits[-1]))):
+        reported = cuda_arch((int(digits[:-1]), int(digits[-1])))
+        if arch == reported:
             return arch
-        raise ValueError(f"warmup: --arch is {arch!r}; a device of that compute capability reports "
-                         f"{cuda_arch((int(digits[:-1]), int(digits[-1])))!r}, under which its kernels are looked up")  # fmt: skip
+        raise ValueError(f"warmup: --arch is {arch!r}; a device of that compute capability reports {reported!r}, "
+                         "under which its kernels are looked up")  # fmt: skip
     raise ValueError(f"warmup: --arch is {arch!r}; expected a CUDA arch such as 'sm_90a' (H100, H200) or 'sm_80' (A100)")
 
 

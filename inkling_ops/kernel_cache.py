@@ -186,9 +186,15 @@ class KernelStore:
         meanwhile, its copy is kept and ours dropped; a broken entry in the way is replaced. When
         the store directory is removed while we write (``cache clear``), the write starts again.
         """
+        return self._again_if_cleared(lambda: self._put_once(entry, files, describe))
+
+    @staticmethod
+    def _again_if_cleared(write: Callable[[], Any]) -> Any:
+        """``write()``, started again (three tries in all) when it finds the store directory gone:
+        ``cache clear`` removed it meanwhile."""
         for attempt in range(3):
             try:
-                return self._put_once(entry, files, describe)
+                return write()
             except FileNotFoundError:
                 if attempt == 2:
                     raise
@@ -274,20 +280,16 @@ class KernelStore:
         this store, so that a later process, which may never warm, can say in strict mode's error
         how a key it lacks differs from the warmed ones (:meth:`noted_keys`). Idempotent."""
         records = [json.dumps(fields, sort_keys=True).encode() for fields in keys]
-        if not records:
-            return
-        for attempt in range(3):
-            try:
-                self._make_directory()
-                (self.directory / WARMED).mkdir(exist_ok=True)
-                for data in records:
-                    path = self.directory / WARMED / f"{_sha256(data)[:16]}.json"
-                    if not path.exists():
-                        self._write_atomically(path, data)
-                return
-            except FileNotFoundError:  # cleared meanwhile: again
-                if attempt == 2:
-                    raise
+        if records:
+            self._again_if_cleared(lambda: self._note_once(records))
+
+    def _note_once(self, records: list[bytes]) -> None:
+        self._make_directory()
+        (self.directory / WARMED).mkdir(exist_ok=True)
+        for data in records:
+            path = self.directory / WARMED / f"{_sha256(data)[:16]}.json"
+            if not path.exists():
+                self._write_atomically(path, data)
 
     def noted_keys(self) -> list[dict]:
         """The compile keys :meth:`note_keys` recorded here, as dicts (unreadable records skipped)."""

@@ -137,8 +137,9 @@ def warmup(
     seconds = time.perf_counter() - start
     counts = dict(compiled=0, loaded=0, memory=0)
     for name, b in backends.items():
-        strict.note_warmed(name, [key for key in keys if key.backend == name])
-        b.record_warmed([key for key in keys if key.backend == name])  # for later processes' strict messages
+        own = [key for key in keys if key.backend == name]
+        strict.note_warmed(name, own)
+        b.record_warmed(own)  # for later processes' strict messages
         after = getattr(b, "compile_stats", {})
         for field in counts:
             counts[field] += after.get(field, 0) - before[name].get(field, 0)
