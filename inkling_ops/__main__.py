@@ -22,7 +22,7 @@ import sys
 
 import torch
 
-from .compile_keys import cuda_arch
+from .kernels.arch import arch_capability, cuda_arch
 
 #: ServingConfig fields and their flags (dtype as a name such as "bfloat16").
 _CONFIG_FLAGS = {
@@ -50,14 +50,14 @@ def _dtype(name) -> torch.dtype:
 def _arch(arch: str) -> str:
     """``--arch`` as a CUDA device reports it (``sm_90a`` for an H100 / H200, ``sm_80`` for an
     A100): the name the serving process's kernels are stored and looked up under."""
-    digits = arch.removeprefix("sm_").removesuffix("a")
-    if arch.startswith("sm_") and digits.isdigit() and len(digits) >= 2:
-        reported = cuda_arch((int(digits[:-1]), int(digits[-1])))
-        if arch == reported:
-            return arch
+    try:
+        reported = cuda_arch(arch_capability(arch))
+    except ValueError:
+        raise ValueError(f"warmup: --arch is {arch!r}; expected a CUDA arch such as 'sm_90a' (H100, H200) or 'sm_80' (A100)") from None
+    if arch != reported:
         raise ValueError(f"warmup: --arch is {arch!r}; a device of that compute capability reports {reported!r}, "
                          "under which its kernels are looked up")  # fmt: skip
-    raise ValueError(f"warmup: --arch is {arch!r}; expected a CUDA arch such as 'sm_90a' (H100, H200) or 'sm_80' (A100)")
+    return arch
 
 
 def serving_config(args: argparse.Namespace):

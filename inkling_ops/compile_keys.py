@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import torch
 
+from .kernels.arch import arch_capability
 from .kernels.triton_configs import slot_shift
 from .heuristics import DEFAULT_SPLIT_POLICY, SplitPolicy, bucket_max_seqlen_q, bucket_pow2, num_splits
 from .problem import RelAttnProblem
@@ -97,16 +98,8 @@ class DeviceFacts:
 
     def __post_init__(self) -> None:
         if self.capability is None:  # "sm_90a" -> (9, 0), "sm_100" -> (10, 0); off CUDA (0, 0)
-            digits = self.arch.removeprefix("sm_").rstrip("a")
-            cap = (int(digits[:-1]), int(digits[-1])) if self.arch.startswith("sm_") and digits.isdigit() else (0, 0)
+            cap = arch_capability(self.arch) if self.arch.startswith("sm_") else (0, 0)
             object.__setattr__(self, "capability", cap)
-
-
-def cuda_arch(capability: tuple[int, int]) -> str:
-    """``(9, 0)`` -> ``"sm_90a"`` (Hopper's arch-specific features), ``(8, 0)`` -> ``"sm_80"``: the
-    arch name of a CUDA device in :class:`DeviceFacts`, in compile keys and in the kernel store."""
-    major, minor = capability
-    return f"sm_{major}{minor}{'a' if (major, minor) == (9, 0) else ''}"
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -19,7 +19,8 @@ import torch
 
 from . import checked, planning
 from .backends.base import Backend
-from .compile_keys import STANDARD_LAYOUT, DeviceFacts, KVLayout, cuda_arch, layout_of
+from .compile_keys import STANDARD_LAYOUT, DeviceFacts, KVLayout, layout_of
+from .kernels.arch import cuda_arch
 from .planning import Plan, backend_names, get_backend, plan_for, register_backend, select_backend
 from .problem import RelAttnArgs, RelAttnProblem
 from .validation import OP_NAME

@@ -500,3 +500,21 @@ def test_shapes_within_one_bucket_share_a_key(mates, facts_id, choice):
         plans = [dispatch.plan_call(_on(p, device.type), device, None) for p in (first, second)]
     assert plans[0][0] is plans[1][0]  # same backend
     assert plans[0][1].key == plans[1][1].key  # same key
+
+
+def test_arch_names_and_capabilities_round_trip_through_one_parser():
+    from inkling_ops.kernels.arch import arch_capability, cuda_arch
+    from inkling_ops.kernels.triton_launch import cuda_target
+
+    for capability, name in (((9, 0), "sm_90a"), ((8, 0), "sm_80"), ((8, 9), "sm_89"), ((10, 0), "sm_100"), ((12, 0), "sm_120")):
+        assert cuda_arch(capability) == name
+        assert arch_capability(name) == capability
+        assert DeviceFacts(arch=name, num_sms=1).capability == capability
+        assert cuda_target(name) == 10 * capability[0] + capability[1]
+    assert arch_capability("sm_100a") == arch_capability("sm_100f") == (10, 0)
+    assert DeviceFacts(arch="cpu", num_sms=1).capability == (0, 0)
+    for bad in ("sm90a", "sm_", "sm_9", "sm_9x", "cuda", "sm_90aa"):
+        with pytest.raises(ValueError, match=f"arch is '{bad}'; expected a CUDA architecture"):
+            arch_capability(bad)
+    with pytest.raises(ValueError, match="arch is 'sm_x'"):
+        DeviceFacts(arch="sm_x", num_sms=1)

@@ -22,7 +22,8 @@ from typing import NamedTuple
 import torch
 
 from .. import kernel_cache, strict
-from ..compile_keys import CompileKey, DeviceFacts, cuda_arch
+from ..compile_keys import CompileKey, DeviceFacts
+from ..kernels.arch import cuda_arch
 from ..heuristics import SplitPolicy
 from ..problem import RelAttnArgs, RelAttnProblem
 from ..workspace import arrival_counts, fp32_workspace

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .arch import arch_capability
+
 #: Triton decides at ``@triton.jit`` time (module import) whether kernels run in its interpreter;
 #: read the same setting once here.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -51,10 +53,8 @@ def triton_type(dtype: str) -> str:
 
 def cuda_target(arch: str) -> int:
     """``"sm_90a"`` -> 90: the compute capability Triton's ``GPUTarget("cuda", ...)`` takes."""
-    digits = arch.removeprefix("sm_").rstrip("af")
-    if not arch.startswith("sm_") or not digits.isdigit():
-        raise ValueError(f"arch is {arch!r}; expected a CUDA architecture such as 'sm_90a'")
-    return int(digits)
+    major, minor = arch_capability(arch)
+    return 10 * major + minor
 
 
 #: environment variables that change the code Triton makes for NVIDIA GPUs (its knobs of that
