@@ -14,6 +14,8 @@
 #            lacks what they need), installed into /tmp/hf ahead of the image's copy
 #     cute   the CuTe backend: its conformance cases, the runtime's GPU tests, the launch probe
 # BENCH_BACKENDS (default "default,cute") names the backends of ours the bench steps time.
+# WORKERS (e.g. 8): the tests, conformance and cute steps run in that many pytest-xdist processes
+# (the image has xdist; the steps are compile-bound, and the machine has 16 cores).
 # SMI_MS (e.g. 50): sample the SM clock, power and temperature every SMI_MS ms for the whole visit
 # into $OUT/smi_SHA.csv.gz (nvidia-smi -lms), to set the records' timestamps against (at 3ee10cd it
 # showed the 32K graph / eager disagreement to be the power cap: meta/BENCHMARKS.md, "3ee10cd").
@@ -27,6 +29,7 @@ sha=${1:?usage: gpu_visit.sh SHA STEP[,STEP...]}
 part=${2:?usage: gpu_visit.sh SHA STEP[,STEP...]}
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
+workers=(); [ -n "${WORKERS:-}" ] && workers=(-n "$WORKERS")
 export PYTHONUNBUFFERED=1 INKLING_GIT_SHA=$sha PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -40,10 +43,10 @@ fi
 for step in ${part//,/ }; do
   case $step in
     tests)  # modules whose test-only imports (expecttest, hypothesis) are missing there hold no GPU test
-      python3 -m pytest tests -m "gpu and not slow" --ignore=tests/test_conformance.py -q -rfEs -p no:cacheprovider \
+      python3 -m pytest "${workers[@]}" tests -m "gpu and not slow" --ignore=tests/test_conformance.py -q -rfEs -p no:cacheprovider \
         --continue-on-collection-errors 2>&1 | tee "$out/gpu_tests_$sha.log" | tail -25 ;;
     conformance)
-      python3 -m pytest tests/test_conformance.py -m "gpu and not slow" -q -rfEs -p no:cacheprovider 2>&1 \
+      python3 -m pytest "${workers[@]}" tests/test_conformance.py -m "gpu and not slow" -q -rfEs -p no:cacheprovider 2>&1 \
         | tee "$out/gpu_conformance_$sha.log" | tail -15 ;;
     ab)
       python3 meta/tools/ab_backend.py .ab/base --label "base=$(cat .ab/base/SHA 2>/dev/null) new=$sha" \
@@ -66,7 +69,7 @@ for step in ${part//,/ }; do
       PYTHONPATH=/tmp/hf:$PYTHONPATH python3 -m pytest tests/test_hf_integration.py tests/test_demo_serving.py -m gpu -q -rA -p no:cacheprovider 2>&1 \
         | tee "$out/gpu_hf_$sha.log" | tail -15 ;;
     cute)
-      python3 -m pytest tests/test_conformance.py tests/test_cute_runtime.py tests/test_cute_compile.py -k cute -q -rs -p no:cacheprovider \
+      python3 -m pytest "${workers[@]}" tests/test_conformance.py tests/test_cute_runtime.py tests/test_cute_compile.py -k cute -q -rs -p no:cacheprovider \
         --continue-on-collection-errors 2>&1 | tee "$out/gpu_cute_$sha.log" | tail -15 ;;
     *) echo "unknown step $step (tests|conformance|ab|host|split|bench|sweep|warmup|hf|cute)"; exit 2 ;;
   esac
