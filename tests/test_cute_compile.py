@@ -580,17 +580,18 @@ def test_cute_half_tiles_skip_only_unseen_keys():
 
 def test_cute_compile_half_edge_tiles(tmp_path):
     """``half_edge_tiles`` compiles without spills or serialized wgmmas (ptxas) and keeps every
-    piece of the build; the diagonal's lower half adds one m64n64 QK batch (8 k-blocks, in the
-    peeled first tile) and half-tile PV batches (4 k-blocks at each of three sites) beside the
-    full ones; the debug options that skip the masks are refused with it, by name."""
+    piece of the build; the diagonal's QK is two m64n64 batches (8 k-blocks each, in the peeled
+    first tile; the upper one skipped when no row sees it) instead of an m64n128 one, and
+    half-tile PV batches (4 k-blocks at each of three sites) sit beside the full ones; the debug
+    options that skip the masks are refused with it, by name."""
     from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
     ptx = _variant_ptx(config, half_edge_tiles=True)
     _check_hopper_ptx(ptx)
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32", ptx)) == 8
-    # QK (2 full sites) and PV (2 full sites, 3 half ones) at m64n128k16
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) == 2 * 8 + 2 * 8 + 3 * 4
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32", ptx)) == 2 * 8
+    # QK (the loop's full site) and PV (2 full sites, 3 half ones) at m64n128k16
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) == 8 + 2 * 8 + 3 * 4
     _assert_ptxas_clean(ptx, tmp_path)  # (also fails on serialized wgmmas)
     for debug in (dict(band_split=True, debug_acc_bias="band"), dict(debug_all_plain=True), dict(debug_no_masks=True)):
         with pytest.raises(ValueError, match="half_edge_tiles"):
@@ -609,10 +610,10 @@ def test_cute_compile_half_edge_qk(tmp_path):
         ptx = _variant_ptx(config, half_edge_tiles=True, half_edge_qk=True)
         _check_hopper_ptx(ptx, rescales=3)
         half = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32[^;]*\{([^}]*)\}", ptx)
-        assert len(half) == 2 * 8
-        # QK: 2 full sites; PV: the loop's and the peeled tile's (each full and the diagonal's half),
-        # the last PV's (full, the diagonal's half, the edge's half)
-        assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) == 2 * 8 + 2 * (8 + 4) + (8 + 2 * 4)
+        assert len(half) == 3 * 8  # the diagonal's two halves, the edge's upper half
+        # QK: the loop's full site; PV: the loop's and the peeled tile's (each full and the
+        # diagonal's half), the last PV's (full, the diagonal's half, the edge's half)
+        assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) == 8 + 2 * (8 + 4) + (8 + 2 * 4)
         _assert_ptxas_clean(ptx, tmp_path)
     with pytest.raises(ValueError, match="half_edge_qk needs half_edge_tiles"):
         cute_fwd_sm90.RelAttnFwdSm90(config, half_edge_qk=True)

@@ -385,7 +385,9 @@ class RelAttnFwdSm90:
       tile (``qa_hi`` in the tile's lower half), its QK GEMM is one m64n64 batch on K's rows 0-63
       into the accumulator's first 32 registers and its PV GEMM takes P's first 4 k-blocks; the
       other registers are not written, and the masks set those scores to -inf (no row sees those
-      keys), so they never reach P. When no row sees the lower 64 keys of the window's edge tile
+      keys), so they never reach P. Otherwise a second m64n64 batch on rows 64-127 fills the
+      other 32: an m64n128 batch there, on the same registers in the other branch, made ptxas
+      serialize every wgmma (C7511) in 11 of the 28 builds. When no row sees the lower 64 keys of the window's edge tile
       (``qa_lo - window`` in the tile's upper half), its PV GEMM takes P's last 4 k-blocks (P is
       0 in the others); its QK stays whole (unless ``half_edge_qk``), because an m64n64 batch
       inside the loop made ptxas serialize every wgmma of the kernel (C7511, too few registers for
@@ -1176,10 +1178,12 @@ class RelAttnFwdSm90:
             acc_biased = self._acc_bias(acc_S, sB, pipe_b, 0, n_end - 1, num_band, bias_lo, bias_hi, b_half, tidx)
             self._sched_wait(wg_idx)
             if const_expr(self.half_edge_tiles):
-                if diag_half:
-                    self._gemm_half(tiled_mma_qk_half, acc_S, half_qk, 0)
-                else:
-                    self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True)
+                # the diagonal's QK as two m64n64 batches, the upper one only when a row sees those
+                # keys: an m64n128 batch in the other branch made ptxas serialize every wgmma (C7511)
+                # in 11 of the 28 builds, its choice chaotic across them (meta/TUNING.md, thirteenth day)
+                self._gemm_half(tiled_mma_qk_half, acc_S, half_qk, 0)
+                if not diag_half:
+                    self._gemm_half(tiled_mma_qk_half, acc_S, half_qk, 0, upper=True)
             else:
                 self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True, acc_biased)
             self._sched_signal(wg_idx, True)
@@ -1660,9 +1664,10 @@ class RelAttnFwdSm90:
     def _gemm_half(self, tiled_mma_half, acc, half_qk, stage, upper: cutlass.Constexpr = False):
         """``half_edge_tiles``' diagonal tile: S = Q K^T over K's rows 0-63 of ``stage`` only (one
         m64n64 batch), into ``acc``'s first 32 registers, those of columns 0-63; with ``upper``
-        (``half_edge_qk``'s window edge) over rows 64-127 into the last 32, those of columns
-        64-127. The others are not written. Never in the main loop (there ptxas serialized every
-        wgmma: C7511): the diagonal's before it, the edge's in the one-trip loop after it."""
+        over rows 64-127 into the last 32, those of columns 64-127 (the diagonal's upper half
+        when a row sees it, ``half_edge_qk``'s window edge). The others are not written. Never in
+        the main loop (there ptxas serialized every wgmma: C7511): the diagonal's before it, the
+        edge's in the one-trip loop after it."""
         tQ, tK_lower, tK_upper, half_shape = half_qk
         part = cute.make_tensor(acc.iterator + (cute.size(half_shape) if const_expr(upper) else 0),
                                 cute.make_layout(half_shape))  # fmt: skip
