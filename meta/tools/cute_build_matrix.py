@@ -60,6 +60,7 @@ def main(argv=None) -> int:
     p.add_argument("--groups", default=",".join(map(str, GROUPS)), help="q_per_kv values (default every one the backend builds)")
     p.add_argument("--head-dims", default=",".join(map(str, HEAD_DIMS)))
     p.add_argument("--grids", default="dense,compact")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     p.add_argument("--json", action="store_true", help="one JSON line a build")
     args = p.parse_args(argv)
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
@@ -72,8 +73,8 @@ def main(argv=None) -> int:
     for head_dim in map(int, args.head_dims.split(",")):
         for group in map(int, args.groups.split(",")):
             for grid in args.grids.split(","):
-                config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=head_dim, q_per_kv=group, compact_grid=grid == "compact")
-                row = dict(head_dim=head_dim, q_per_kv=group, grid=grid, **{k: v for k, v in variant.items()})
+                config = cute_fwd_sm90.CuteFwdConfig(dtype=args.dtype, head_dim=head_dim, q_per_kv=group, compact_grid=grid == "compact")
+                row = dict(dtype=args.dtype, head_dim=head_dim, q_per_kv=group, grid=grid, **{k: v for k, v in variant.items()})
                 with tempfile.TemporaryDirectory() as d:
                     os.environ.update(CUTE_DSL_KEEP="cubin", CUTE_DSL_DUMP_DIR=d)  # read at each compile
                     try:
