@@ -387,7 +387,8 @@ class RelAttnFwdSm90:
       other registers are not written, and the masks set those scores to -inf (no row sees those
       keys), so they never reach P. Otherwise a second m64n64 batch on rows 64-127 fills the
       other 32: an m64n128 batch there, on the same registers in the other branch, made ptxas
-      serialize every wgmma (C7511) in 11 of the 28 builds. When no row sees the lower 64 keys of the window's edge tile
+      serialize every wgmma (C7511) in 11 of the 28 builds. When no row sees the lower 64 keys
+      of the window's edge tile
       (``qa_lo - window`` in the tile's upper half), its PV GEMM takes P's last 4 k-blocks (P is
       0 in the others); its QK stays whole (unless ``half_edge_qk``), because an m64n64 batch
       inside the loop made ptxas serialize every wgmma of the kernel (C7511, too few registers for

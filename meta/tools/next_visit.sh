@@ -10,7 +10,7 @@
 #   call 5: . /tmp/site/env.sh && bash meta/tools/next_visit.sh page64 SHA
 # Steps:
 #   checks   the GPU tests and the conformance matrix in 8 xdist workers, then the eager host overhead
-#   options  the trial options' probe, then the build and each option timed in both orders
+#   options  the trial options' probe, then the build and each option (halfedge: its second form, 13th day) timed in both orders
 #            (cute_option_visit.sh; eager medians)
 #   trial    the CuTe conformance with every option in SCHEDULE, then the peers with and without them,
 #            both clocks (cute_trial_peers.sh)
@@ -26,7 +26,7 @@ case $step in
     WORKERS=8 timeout 460 bash meta/tools/gpu_visit.sh "$sha" tests,conformance
     timeout 90 bash meta/tools/gpu_visit.sh "$sha" host | tail -20 ;;
   options)
-    VARIANT=halfedge_qk,qregs,paired4,trials PROBE=trials OPTION=none BENCH_TIMEOUT=240 \
+    VARIANT=halfedge,halfedge_qk,qregs,paired4,trials PROBE=trials OPTION=none BENCH_TIMEOUT=240 \
       CASES=prefill8k_sliding_page128,prefill8k_sliding_page16,serving_chunk2k_decodes63_sliding_page16,prefill8k_global_page128 \
       bash meta/tools/cute_option_visit.sh "$sha" ;;
   trial)
