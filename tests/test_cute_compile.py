@@ -12,6 +12,7 @@ wider set marked slow.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import struct
@@ -895,3 +896,24 @@ def test_cute_ws_bench_variants_are_kernel_options():
     assert named <= set(bench.VARIANTS), f"VARIANT_CASES names unknown variants: {sorted(named - set(bench.VARIANTS))}"
     assert set(bench.VARIANT_CASES) <= set(bench.CASES)
     assert bench.UNCHECKED <= set(bench.VARIANTS)
+
+
+def test_cute_build_matrix_tool_reports_one_build(capsys, monkeypatch):
+    """meta/tools/cute_build_matrix.py: one JSON row a build with ptxas's registers, spills and
+    C7511 verdict (the build is pipelined with no spills), and the caller's CUTE_DSL_KEEP
+    untouched after it. Skips without ptxas."""
+    if shutil.which("ptxas") is None:
+        pytest.skip("no ptxas")
+    from lab_tools import load_tool
+
+    monkeypatch.setenv("CUTE_DSL_KEEP", "")
+    monkeypatch.delenv("CUTE_DSL_DUMP_DIR", raising=False)
+    assert load_tool("cute_build_matrix").main(["--groups", "8", "--head-dims", "128", "--grids", "dense", "--json"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = json.loads(lines[0])
+    if "Unsupported .version" in row.get("error", ""):
+        pytest.skip("a ptxas older than the DSL's PTX")
+    assert (row["head_dim"], row["q_per_kv"], row["grid"]) == (128, 8, "dense")
+    assert row["registers"] > 0 and row["spill_bytes"] == 0 and row["c7511"] is False, row
+    assert lines[-1] == "0 build(s) spilled, serialized or failed"
+    assert os.environ["CUTE_DSL_KEEP"] == "" and "CUTE_DSL_DUMP_DIR" not in os.environ

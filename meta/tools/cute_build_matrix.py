@@ -15,6 +15,7 @@ with ``--json``. What an option costs before any device time: a C7511 build is s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -54,6 +55,22 @@ def assemble(ptx: str, workdir: Path) -> dict:
     return row
 
 
+@contextlib.contextmanager
+def _keeping_cubins_in(directory: str):
+    """``CUTE_DSL_KEEP=cubin`` into ``directory`` meanwhile (cute_runtime reads both at each
+    compile); the caller's values come back after."""
+    saved = {k: os.environ.get(k) for k in ("CUTE_DSL_KEEP", "CUTE_DSL_DUMP_DIR")}
+    os.environ.update(CUTE_DSL_KEEP="cubin", CUTE_DSL_DUMP_DIR=directory)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a schedule option over schedule() (repeatable)")
@@ -75,8 +92,7 @@ def main(argv=None) -> int:
             for grid in args.grids.split(","):
                 config = cute_fwd_sm90.CuteFwdConfig(dtype=args.dtype, head_dim=head_dim, q_per_kv=group, compact_grid=grid == "compact")
                 row = dict(dtype=args.dtype, head_dim=head_dim, q_per_kv=group, grid=grid, **{k: v for k, v in variant.items()})
-                with tempfile.TemporaryDirectory() as d:
-                    os.environ.update(CUTE_DSL_KEEP="cubin", CUTE_DSL_DUMP_DIR=d)  # read at each compile
+                with tempfile.TemporaryDirectory() as d, _keeping_cubins_in(d):
                     try:
                         ptx = cute_runtime.compile_with(
                             lambda flags: cute_fwd_sm90.compile_fwd(config, options=flags, **variant), arch="sm_90a", ptx=True
