@@ -636,7 +636,8 @@ def test_cute_compile_q_in_regs(tmp_path):
     """``q_in_regs``: every QK batch reads Q's A fragment from registers (wgmma RS: a register
     operand before K's descriptor), loaded once by 8 ``ldmatrix.x4`` a thread; the PV batches are
     RS as in the build; ptxas keeps the wgmma pipeline and spills nothing at ``G`` 4 and 8. The
-    build's QK batches read Q from shared memory (two descriptors)."""
+    build's QK batches read Q from shared memory (two descriptors). With ``half_edge_tiles`` the
+    diagonal's m64n64 batches are RS on the same registers."""
     rs = r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 \{[^}]*\}, \{[^}]*\}, %rd"
     ss = r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 \{[^}]*\}, %rd\d+, %rd"
     ldsm = r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16"
@@ -650,6 +651,13 @@ def test_cute_compile_q_in_regs(tmp_path):
         assert len(re.findall(rs, ptx)) == 4 * 8 and len(re.findall(ss, ptx)) == 0
         assert len(re.findall(ldsm, ptx)) == len(re.findall(ldsm, build)) + 8
         _assert_ptxas_clean(ptx, tmp_path)
+    # with half_edge_tiles, the diagonal's two m64n64 batches read the same registers
+    ptx = _variant_ptx(config, q_in_regs=True, half_edge_tiles=True)
+    half_rs = r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, \{[^}]*\}, %rd"
+    assert len(re.findall(half_rs, ptx)) == 2 * 8
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)) == 2 * 8
+    assert len(re.findall(ldsm, ptx)) == len(re.findall(ldsm, build)) + 8  # Q loaded once, as without it
+    _assert_ptxas_clean(ptx, tmp_path)
 
 
 @pytest.mark.filterwarnings("ignore:This static loop has")  # 256 x 32 trace-time checks, no code

@@ -406,8 +406,8 @@ class RelAttnFwdSm90:
       the build reads Q from shared memory at every QK GEMM (SS), 2 KB of each m64n128k16's 6 KB
       of operands. For band tiles, whose shared-memory traffic (GEMM operands, K/V and bias
       writes, bias loads) by arithmetic exceeds their tensor time, that is a third less of the QK
-      GEMMs' reads. The edge tiles' m64n64 batches (``half_edge_tiles``) still read Q from shared
-      memory. ptxas: no spills at ``G`` 1, 2, 4, 8 and 16 (head_dim 128 and 64), 8-24 bytes of
+      GEMMs' reads. The edge tiles' m64n64 batches (``half_edge_tiles``) read the same
+      registers. ptxas: no spills at ``G`` 1, 2, 4, 8 and 16 (head_dim 128 and 64), 8-24 bytes of
       spill stores at ``G`` 3 and 6 (head_dim 128).
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
@@ -601,6 +601,7 @@ class RelAttnFwdSm90:
             tiled_mma_qk_half = hopper.make_trivial_tiled_mma(
                 self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
                 atom_layout_mnk=(self.tile_m // 64, 1, 1), tiler_mn=(64, self.tile_n // 2),
+                a_source=warpgroup.OperandSource.RMEM if const_expr(self.q_in_regs) else warpgroup.OperandSource.SMEM,
             )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
         sKV_layout = self._smem_layout(self.tile_n, STAGES)
@@ -1144,7 +1145,7 @@ class RelAttnFwdSm90:
             wg_mma_half = tiled_mma_qk_half.get_slice(wg_layout(wg_idx))
             sK_halves = cute.flat_divide(sK, (tile_n // 2,))  # (64, 2, head_dim, STAGES): K's rows 0-63, 64-127
             half_qk = (
-                wg_mma_half.make_fragment_A(wg_mma_half.partition_A(sQ)),
+                tSrQ if const_expr(self.q_in_regs) else wg_mma_half.make_fragment_A(wg_mma_half.partition_A(sQ)),
                 wg_mma_half.make_fragment_B(wg_mma_half.partition_B(sK_halves[None, 0, None, None])),
                 wg_mma_half.make_fragment_B(wg_mma_half.partition_B(sK_halves[None, 1, None, None])),
                 tiled_mma_qk_half.partition_shape_C((tile_m, tile_n // 2)),
