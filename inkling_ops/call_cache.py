@@ -29,7 +29,7 @@ import torch
 from . import checked, dispatch, planning
 from .compile_keys import STANDARD_LAYOUT, layout_of
 from .problem import RelAttnArgs, RelAttnProblem
-from .validation import check_call, check_inference_only
+from .validation import byte_extent, check_call, check_inference_only, out_overlap_error
 
 try:  # torch.compile's C++ tensor guards (present in every torch this package supports)
     from torch._C._dynamo.guards import TensorGuards as _TensorGuards
@@ -68,14 +68,17 @@ def _guards(tensors: tuple):
 
 
 class Entry(NamedTuple):
-    """One call signature's validated problem, chosen backend and plan, and the backend's
-    prepared launch (None: the call goes through ``backend.run``)."""
+    """One call signature's validated problem, chosen backend and plan, the backend's prepared
+    launch (None: the call goes through ``backend.run``), and the byte extents of q, key_cache,
+    value_cache, rel_logits and out (fixed by the shapes and strides the guards check), for the
+    per-call check that out overlaps none of them."""
 
     guards: object
     problem: RelAttnProblem
     backend: object
     plan: object
     prepared: object
+    extents: tuple
 
 
 _ENTRIES: dict[tuple, list[Entry]] = {}
@@ -103,7 +106,8 @@ def _new_entry(lookup, tensors, max_seqlen_q, softmax_scale, window_size, causal
     layout = layout_of(args, out) if q.is_cuda else STANDARD_LAYOUT
     backend, plan = dispatch.plan_call(problem, q.device, requested, layout)
     prepared = backend.prepare(plan, problem, args, out) if problem.num_tokens and problem.num_reqs else None
-    entry = Entry(_guards(tensors), problem, backend, plan, prepared)
+    extents = tuple(byte_extent(t) for t in (q, key_cache, value_cache, rel_logits, out))
+    entry = Entry(_guards(tensors), problem, backend, plan, prepared, extents)
     if lookup is not None:
         if _count >= MAX_ENTRIES:
             clear()
@@ -162,6 +166,14 @@ def run_out(
         checked.check_device_values(problem, block_table, cache_seqlens, cu_seqlens_q)
     if problem.num_tokens == 0 or problem.num_reqs == 0:
         return
+    # out apart from what the kernels read (a few comparisons; the extents come with the entry)
+    p0, p1, p2, _, _, _, p6, p7 = pointers
+    e_q, e_k, e_v, e_rel, e_out = entry.extents
+    end = p7 + e_out
+    if (p0 < end and p7 < p0 + e_q) or (p6 < end and p7 < p6 + e_rel) or (p1 < end and p7 < p1 + e_k) or (
+        p2 < end and p7 < p2 + e_v
+    ):
+        raise out_overlap_error(out, dict(q=q, key_cache=key_cache, value_cache=value_cache, rel_logits=rel_logits))
     device = q.get_device()  # -1 on the CPU
     if device >= 0 and device != _current_cuda_device():
         # the kernels launch on the current device's context and stream: make the tensors' device

@@ -276,3 +276,26 @@ def check_inference_only(*tensors: torch.Tensor) -> None:
                     "while grad mode is on; call it under torch.no_grad() or torch.inference_mode(), "
                     "or pass detached tensors"
                 )
+
+
+def byte_extent(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s data pointer to the end of its last element (0 when it is empty): the
+    memory a kernel may touch through it, strides included."""
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size()
+
+
+def out_overlap_error(out: torch.Tensor, inputs: dict) -> ValueError | None:
+    """The error for an ``out`` whose memory overlaps one of ``inputs`` (name -> tensor), else
+    None. The kernels read their inputs while other programs write ``out``, so an overlap
+    (``out`` the same memory as q included) would give a wrong answer, not an error."""
+    lo, hi = out.data_ptr(), out.data_ptr() + byte_extent(out)
+    for name, t in inputs.items():
+        t_lo, t_hi = t.data_ptr(), t.data_ptr() + byte_extent(t)
+        if t_lo < hi and lo < t_hi:
+            return ValueError(
+                f"{OP_NAME}: out overlaps {name} in memory (out spans bytes [{lo:#x}, {hi:#x}), {name} "
+                f"[{t_lo:#x}, {t_hi:#x})); expected an out apart from the inputs (the op does not compute in place)"
+            )
+    return None

@@ -211,3 +211,41 @@ def test_a_call_on_another_device_than_the_current_one_launches_with_its_device_
     got = _call(case)
     assert entered == [1] and launched == [[1]]
     torch.testing.assert_close(got, inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="reference"))
+
+
+def test_an_out_that_overlaps_an_input_is_refused_on_every_call():
+    """``out`` sharing memory with q, K, V or rel_logits would be read while written: refused by
+    name before any launch, on the first call of a signature and on a cached repeat; an ``out``
+    right next to q in one buffer is fine."""
+    case = make_case(q_lens=[3, 2], kv_lens=[9, 6])
+    t, h, d = case.q.shape
+    want = _call(case)
+    buf = torch.zeros(2 * t + 1, h, d, dtype=case.q.dtype)
+    q_in_buf, beside = buf[:t], buf[t : 2 * t]
+    q_in_buf.copy_(case.q)
+    torch.testing.assert_close(_call(case, q=q_in_buf, out=beside), want, rtol=0, atol=0)  # adjacent: apart
+    torch.testing.assert_close(_call(case, q=q_in_buf, out=beside), want, rtol=0, atol=0)  # (cached)
+    shifted = buf[1 : t + 1]  # one row into q: the same shape and strides as the calls above
+    k_view = case.key_cache.view(-1)[: t * h * d].view(t, h, d)
+    v_view = case.value_cache.view(-1)[-t * h * d :].view(t, h, d)
+    before = (case.q.clone(), case.key_cache.clone())
+    for out, name, q in ((shifted, "q", q_in_buf), (case.q, "q", case.q), (k_view, "key_cache", case.q), (v_view, "value_cache", case.q)):
+        with pytest.raises(ValueError, match=f"out overlaps {name} in memory"):
+            _call(case, q=q, out=out)
+    torch.testing.assert_close(q_in_buf, case.q, rtol=0, atol=0)  # nothing was written
+    torch.testing.assert_close((case.q, case.key_cache), before, rtol=0, atol=0, equal_nan=True)  # (NaN: unused pages)
+    n_rel = case.rel_logits.numel()  # rel_logits' last element shared with out's first
+    assert case.rel_logits.dtype == case.q.dtype
+    buf2 = torch.zeros(n_rel - 1 + t * h * d, dtype=case.q.dtype)
+    rel = buf2[:n_rel].view_as(case.rel_logits)
+    rel.copy_(case.rel_logits)
+    with pytest.raises(ValueError, match="out overlaps rel_logits in memory"):
+        _call(case, rel_logits=rel, out=buf2[n_rel - 1 :].view(t, h, d))
+
+
+def test_byte_extent_counts_strides():
+    x = torch.zeros(4, 6, dtype=torch.bfloat16)
+    assert validation.byte_extent(x) == 48
+    assert validation.byte_extent(x[:, ::2]) == ((4 - 1) * 6 + (3 - 1) * 2 + 1) * 2
+    assert validation.byte_extent(x.t()) == 48
+    assert validation.byte_extent(x[:0]) == 0
