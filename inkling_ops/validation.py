@@ -289,13 +289,15 @@ def byte_extent(t: torch.Tensor) -> int:
 def out_overlap_error(out: torch.Tensor, inputs: dict) -> ValueError | None:
     """The error for an ``out`` whose memory overlaps one of ``inputs`` (name -> tensor), else
     None. The kernels read their inputs while other programs write ``out``, so an overlap
-    (``out`` the same memory as q included) would give a wrong answer, not an error."""
+    (``out`` the same memory as q included) would give a wrong answer, not an error. Judged by
+    address ranges: two views interleaved in one buffer (``buf[:, 0]``, ``buf[:, 1]``) overlap."""
     lo, hi = out.data_ptr(), out.data_ptr() + byte_extent(out)
     for name, t in inputs.items():
         t_lo, t_hi = t.data_ptr(), t.data_ptr() + byte_extent(t)
         if t_lo < hi and lo < t_hi:
             return ValueError(
                 f"{OP_NAME}: out overlaps {name} in memory (out spans bytes [{lo:#x}, {hi:#x}), {name} "
-                f"[{t_lo:#x}, {t_hi:#x})); expected an out apart from the inputs (the op does not compute in place)"
+                f"[{t_lo:#x}, {t_hi:#x})); expected an out whose address range is apart from the inputs' (the op does "
+                "not compute in place, and views interleaved in one buffer count as overlapping)"
             )
     return None
