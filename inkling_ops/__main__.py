@@ -116,7 +116,11 @@ def _warmup(args: argparse.Namespace) -> int:
             raise ValueError(f"warmup: --device is {args.device!r}; expected a torch device such as 'cuda' or 'cpu' ({exc})") from None
     never_splits = args.backend is not None and dispatch.get_backend(args.backend).split_policy is None
     if arch is None and never_splits and not torch.cuda.is_available() and os.environ.get("CUTE_DSL_ARCH"):
-        arch = os.environ["CUTE_DSL_ARCH"]  # the CuTe DSL's own target setting, on a machine without a GPU
+        # the CuTe DSL's own target setting, on a machine without a GPU: checked as --arch is
+        try:
+            arch = _arch(os.environ["CUTE_DSL_ARCH"])
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("--arch is", "CUTE_DSL_ARCH is", 1)) from None
     if never_splits and arch is not None and num_sms is None:
         num_sms = 0  # the SM count enters only split counts, and this backend never splits
     if (arch is None) != (num_sms is None):

@@ -70,6 +70,24 @@ def test_warmup_refuses_bad_input_with_a_message_not_a_traceback(tmp_path, capsy
     assert err.startswith("error: ") and expected in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "value, expected",
+    [("sm_9", "CUTE_DSL_ARCH is 'sm_9'; expected a CUDA arch"), ("sm_90", "CUTE_DSL_ARCH is 'sm_90'; a device of that compute capability reports 'sm_90a'")],
+    ids=["spelling", "without-a"],
+)
+def test_warmup_checks_cute_dsl_arch_as_it_checks_arch(tmp_path, capsys, monkeypatch, value, expected):
+    """Without a GPU, ``--backend cute`` takes its target from the DSL's CUTE_DSL_ARCH: checked as
+    ``--arch`` is, and the error names the variable."""
+    if torch.cuda.is_available():
+        pytest.skip("CUTE_DSL_ARCH stands in for --arch only without a GPU")
+    monkeypatch.setenv("CUTE_DSL_ARCH", value)
+    path = tmp_path / "serving.json"
+    path.write_text("{}")
+    assert main(["warmup", "--dry-run", "--config", str(path), "--backend", "cute"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and expected in err and "Traceback" not in err
+
+
 def test_representative_args_are_a_valid_call_of_the_config():
     args, out = representative_args(TINY, max_seqlen_q=20, num_reqs=3, device=torch.device("cpu"))
     assert args.cu_seqlens_q.tolist() == [0, 20, 21, 22]

@@ -513,7 +513,7 @@ def test_arch_names_and_capabilities_round_trip_through_one_parser():
         assert cuda_target(name) == 10 * capability[0] + capability[1]
     assert arch_capability("sm_100a") == arch_capability("sm_100f") == (10, 0)
     assert DeviceFacts(arch="cpu", num_sms=1).capability == (0, 0)
-    for bad in ("sm90a", "sm_", "sm_9", "sm_9x", "cuda", "sm_90aa"):
+    for bad in ("sm90a", "sm_", "sm_9", "sm_9x", "cuda", "sm_90aa", "sm_9\u00b2", "sm_\u0669\u0660a"):
         with pytest.raises(ValueError, match=f"arch is '{bad}'; expected a CUDA architecture"):
             arch_capability(bad)
     with pytest.raises(ValueError, match="arch is 'sm_x'"):

@@ -319,6 +319,9 @@ TRIAL_OPTIONS = {
     "build": {},
     "half_edge_tiles": dict(half_edge_tiles=True),
     "half_edge_qk": dict(half_edge_tiles=True, half_edge_qk=True),
+    # q_in_regs alone spills 8-24 bytes at G 3 and 6, with half_edge_qk too 12 bytes at G 3 and 6
+    # compact (TUNING, twelfth and thirteenth days); with half_edge_tiles it spills nothing
+    "half_edge_q_in_regs": dict(half_edge_tiles=True, q_in_regs=True),
 }
 
 

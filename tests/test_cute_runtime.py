@@ -45,8 +45,10 @@ def test_cute_compile_for_sm90a_needs_no_gpu_and_returns_the_ptx(toy):
 
 
 def test_cute_compile_rejects_an_arch_that_is_not_one():
-    with pytest.raises(ValueError, match="arch must name a CUDA architecture.*'hopper'"):
+    with pytest.raises(ValueError, match="arch is 'hopper'; expected a CUDA architecture"):
         cute_toys.compile_scale(arch="hopper")
+    with pytest.raises(ValueError, match="arch must name a CUDA architecture like 'sm_90a', got 90"):
+        cute_toys.compile_scale(arch=90)
 
 
 def test_cute_compile_honours_cute_dsl_keep_and_dump_dir(tmp_path, monkeypatch):

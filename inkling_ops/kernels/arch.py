@@ -19,6 +19,6 @@ def arch_capability(arch: str) -> tuple[int, int]:
     suffix (``a``: arch-specific, ``f``: family) is dropped. Anything else raises ValueError."""
     digits = arch.removeprefix("sm_")
     digits = digits[:-1] if digits[-1:] in ("a", "f") else digits
-    if not arch.startswith("sm_") or not digits.isdigit() or len(digits) < 2:
+    if not arch.startswith("sm_") or not (digits.isascii() and digits.isdigit()) or len(digits) < 2:
         raise ValueError(f"arch is {arch!r}; expected a CUDA architecture such as 'sm_90a' (H100, H200) or 'sm_80' (A100)")
     return int(digits[:-1]), int(digits[-1])

@@ -33,7 +33,6 @@ import contextlib
 import ctypes
 import functools
 import os
-import re
 import shlex
 import shutil
 import tempfile
@@ -41,11 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .arch import arch_capability
+
 #: The store entry's one file, and the symbol its TVM-FFI function is exported under.
 OBJECT = "kernel.o"
 SYMBOL = "kernel"
 DEFAULT_ARCH = "sm_90a"
-_ARCH = re.compile(r"sm_\d{2,3}[af]?")
 _KEEP_ARTIFACTS = ("ptx", "cubin", "sass")  # the CUTE_DSL_KEEP tokens cute.compile has options for
 
 
@@ -105,8 +105,9 @@ def compile_with(compile_fn: Callable[[str], Any], *, arch: str = DEFAULT_ARCH, 
     ``--enable-tvm-ffi --gpu-arch <arch>``, the dump options of ``CUTE_DSL_KEEP`` /
     ``CUTE_DSL_DUMP_DIR`` (and of ``ptx``), then ``options``; the DSL's arch is ``arch`` meanwhile.
     ``name``: what the error says was compiled when no PTX was kept."""
-    if not isinstance(arch, str) or not _ARCH.fullmatch(arch):
+    if not isinstance(arch, str):
         raise ValueError(f"arch must name a CUDA architecture like 'sm_90a', got {arch!r}")
+    arch_capability(arch)  # ValueError naming it unless it is one
     dump_flags, private_dir = _dump_options(want_ptx=ptx)
     flags = f"--enable-tvm-ffi --gpu-arch {arch} {dump_flags} {options}".strip()
     try:
