@@ -173,7 +173,9 @@ def run_out(
     if (p0 < end and p7 < p0 + e_q) or (p6 < end and p7 < p6 + e_rel) or (p1 < end and p7 < p1 + e_k) or (
         p2 < end and p7 < p2 + e_v
     ):
-        raise out_overlap_error(out, dict(q=q, key_cache=key_cache, value_cache=value_cache, rel_logits=rel_logits))
+        error = out_overlap_error(out, dict(q=q, key_cache=key_cache, value_cache=value_cache, rel_logits=rel_logits))
+        if error is not None:  # (None: q interleaved with out in one buffer, no element shared)
+            raise error
     device = q.get_device()  # -1 on the CPU
     if device >= 0 and device != _current_cuda_device():
         # the kernels launch on the current device's context and stream: make the tensors' device

@@ -249,3 +249,41 @@ def test_byte_extent_counts_strides():
     assert validation.byte_extent(x[:, ::2]) == ((4 - 1) * 6 + (3 - 1) * 2 + 1) * 2
     assert validation.byte_extent(x.t()) == 48
     assert validation.byte_extent(x[:0]) == 0
+
+
+def test_views_of_one_layout_overlap_exactly_when_they_share_an_element():
+    """The element test behind an overlapping address range (views of one shape, strides and
+    dtype), against the sets of elements the two views reach, over random layouts; strides that do
+    not nest count as overlapping."""
+    import random
+
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(3000):
+        shape = tuple(rng.randint(1, 4) for _ in range(rng.randint(1, 3)))
+        strides = tuple(rng.choice([0, 1, 2, 3, 5, 8, 13, 24]) for _ in shape)
+        delta = rng.randint(-60, 60)
+
+        def reach(offset):
+            return {offset + sum(i * s for i, s in zip(idx, strides)) for idx in __import__("itertools").product(*map(range, shape))}
+
+        truth = bool(reach(0) & reach(delta))
+        got = validation._offset_reachable(shape, strides, delta)
+        dims = sorted((s, n) for s, n in zip(strides, shape) if n > 1)
+        nested = all(s > sum((n2 - 1) * s2 for s2, n2 in dims[:k]) for k, (s, n) in enumerate(dims))
+        assert got == truth if nested else got, (shape, strides, delta)
+        checked += nested
+    assert checked > 1000
+
+
+def test_q_and_out_interleaved_in_one_buffer_but_apart_are_allowed():
+    case = make_case(q_lens=[3, 2], kv_lens=[9, 6])
+    t, h, d = case.q.shape
+    buf = torch.zeros(t, 2, h, d, dtype=case.q.dtype)
+    q, out = buf[:, 0], buf[:, 1]  # ranges overlap, elements do not
+    q.copy_(case.q)
+    want = _call(case)
+    for _ in range(2):  # a first call and a cached repeat
+        torch.testing.assert_close(_call(case, q=q, out=out), want, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="out overlaps q in memory"):
+        _call(case, q=q, out=buf.as_strided((t, h, d), q.stride(), storage_offset=d))  # q shifted by one head
