@@ -47,15 +47,16 @@ def _dtype(name) -> torch.dtype:
     return dtype
 
 
-def _arch(arch: str) -> str:
-    """``--arch`` as a CUDA device reports it (``sm_90a`` for an H100 / H200, ``sm_80`` for an
-    A100): the name the serving process's kernels are stored and looked up under."""
+def _arch(arch: str, source: str = "--arch") -> str:
+    """``--arch`` (or the setting ``source`` names) as a CUDA device reports it (``sm_90a`` for an
+    H100 / H200, ``sm_80`` for an A100): the name the serving process's kernels are stored and
+    looked up under."""
     try:
         reported = cuda_arch(arch_capability(arch))
     except ValueError:
-        raise ValueError(f"warmup: --arch is {arch!r}; expected a CUDA arch such as 'sm_90a' (H100, H200) or 'sm_80' (A100)") from None
+        raise ValueError(f"warmup: {source} is {arch!r}; expected a CUDA arch such as 'sm_90a' (H100, H200) or 'sm_80' (A100)") from None
     if arch != reported:
-        raise ValueError(f"warmup: --arch is {arch!r}; a device of that compute capability reports {reported!r}, "
+        raise ValueError(f"warmup: {source} is {arch!r}; a device of that compute capability reports {reported!r}, "
                          "under which its kernels are looked up")  # fmt: skip
     return arch
 
@@ -117,10 +118,7 @@ def _warmup(args: argparse.Namespace) -> int:
     never_splits = args.backend is not None and dispatch.get_backend(args.backend).split_policy is None
     if arch is None and never_splits and not torch.cuda.is_available() and os.environ.get("CUTE_DSL_ARCH"):
         # the CuTe DSL's own target setting, on a machine without a GPU: checked as --arch is
-        try:
-            arch = _arch(os.environ["CUTE_DSL_ARCH"])
-        except ValueError as exc:
-            raise ValueError(str(exc).replace("--arch is", "CUTE_DSL_ARCH is", 1)) from None
+        arch = _arch(os.environ["CUTE_DSL_ARCH"], source="CUTE_DSL_ARCH")
     if never_splits and arch is not None and num_sms is None:
         num_sms = 0  # the SM count enters only split counts, and this backend never splits
     if (arch is None) != (num_sms is None):
