@@ -30,14 +30,8 @@ for key in $(echo "$option" | grep -o '[a-z_0-9]*='); do  # a key SCHEDULE has w
   sed -n '/^SCHEDULE = dict(/,/^)/p' $kernel | grep -q "[ (]$key" && { echo "OPTION's ${key%=} is in SCHEDULE already: change it there"; exit 2; }
 done
 cp $kernel /tmp/cute_fwd_sm90.py.keep
-if [ "$option" != schedule ]; then  # OPTION=schedule: no keyword added (PAIRED alone)
-  sed -i "s/^\(    bias_bulk=True,.*,\)\$/\1$option/" $kernel
-  grep -qF "$option" $kernel || { echo "could not add '$option' to SCHEDULE"; exit 2; }
-fi
-if [ -n "${PAIRED:-}" ]; then  # PAIRED="8, 4": the q_per_kv odd_rows_paired is built at (PAIRED_GROUPS)
-  sed -i "s/^PAIRED_GROUPS = (.*)\$/PAIRED_GROUPS = ($PAIRED)/" $kernel
-  grep -q "^PAIRED_GROUPS = ($PAIRED)\$" $kernel || { echo "could not set PAIRED_GROUPS to ($PAIRED)"; exit 2; }
-fi
+. meta/tools/schedule_option.sh  # OPTION=schedule: no keyword added (PAIRED alone)
+schedule_option $kernel "$option" "${PAIRED:-}" || exit 2
 timeout ${CONF_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_conformance.py tests/test_cute_runtime.py -k cute -rfE \
   > "$out/cute_conformance_${probe//,/_}_$sha.log" 2>&1
 echo "== conformance with$option exit $?"; tail -3 "$out/cute_conformance_${probe//,/_}_$sha.log"

@@ -18,12 +18,8 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 kernel=inkling_ops/kernels/cute_fwd_sm90.py
 cp $kernel /tmp/cute_fwd_sm90.py.build
 trap 'cp /tmp/cute_fwd_sm90.py.build $kernel' EXIT
-sed -i "s/^\(    bias_bulk=True,.*,\)\$/\1$option/" $kernel
-grep -qF "$option" $kernel || { echo "could not add '$option' to SCHEDULE"; exit 2; }
-if [ -n "${PAIRED:-}" ]; then
-  sed -i "s/^PAIRED_GROUPS = (.*)\$/PAIRED_GROUPS = ($PAIRED)/" $kernel
-  grep -q "^PAIRED_GROUPS = ($PAIRED)\$" $kernel || { echo "could not set PAIRED_GROUPS to ($PAIRED)"; exit 2; }
-fi
+. meta/tools/schedule_option.sh
+schedule_option $kernel "$option" "${PAIRED:-}" || exit 2
 log="$out/cute_trial_conformance_$sha.log"
 timeout ${CONF_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_conformance.py tests/test_cute_runtime.py -k cute -rfE > "$log" 2>&1
 status=$?
