@@ -8,6 +8,7 @@
 #   call 3: . /tmp/site/env.sh && bash meta/tools/next_visit.sh options SHA
 #   call 4: . /tmp/site/env.sh && bash meta/tools/next_visit.sh trial SHA
 #   call 5: . /tmp/site/env.sh && bash meta/tools/next_visit.sh page64 SHA
+# (the fourteenth day's visit: checks, paired4, page64peers)
 # Steps:
 #   checks   the GPU tests and the conformance matrix in 8 xdist workers, then the eager host overhead
 #   options  the trial options' probe, then the build and each option (halfedge: its second form, 13th day) timed in both orders
@@ -15,8 +16,11 @@
 #   trial    the CuTe conformance with every option in SCHEDULE, then the peers with and without them,
 #            both clocks (cute_trial_peers.sh)
 #   page64   the CuTe backend against Triton at page 64 (for DEFAULT_CASES), eager
+#   paired4  the pairing at G 4 alone: its probe, then against the build in both orders (eager medians)
+#   page64peers  benchmark.py at page 64, cute and Triton with the flash-attn-4 peers, both clocks:
+#            the prefill cases, then the serving batches (for DEFAULT_CASES)
 set -uo pipefail
-step=${1:?usage: next_visit.sh checks|options|trial|page64 SHA}
+step=${1:?usage: next_visit.sh checks|options|trial|page64|paired4|page64peers SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -37,5 +41,15 @@ case $step in
       --cases prefill8k_global_page64,prefill8k_sliding_page64,chunk2k_on16k_x4_page64,serving_chunk2k_decodes63_global_page64,serving_chunk2k_decodes63_sliding_page64 \
       > "$out/page64_$sha.log" 2>&1
     tail -6 "$out/page64_$sha.log" ;;
-  *) echo "unknown step $step (checks|options|trial|page64)"; exit 2 ;;
+  paired4)
+    VARIANT=paired4 OPTION=none BENCH_TIMEOUT=150 \
+      CASES=prefill8k_sliding_page128,prefill8k_sliding_page16,serving_chunk2k_decodes63_sliding_page16,prefill8k_global_page128 \
+      bash meta/tools/cute_option_visit.sh "$sha" ;;
+  page64peers)
+    common="--git-sha $sha --quick --no-progress --page-sizes 64 --backends cute,triton --peers ours,fa4_scoremod,fa4_nobias --no-host-overhead"
+    timeout 280 python3 meta/bench/benchmark.py --out "$out/p64_prefill" $common --cases-filter prefill8k,chunk2k > /dev/null 2>&1
+    echo "prefill exit $?"; tail -28 "$out/p64_prefill/bench.log"
+    timeout 200 python3 meta/bench/benchmark.py --out "$out/p64_serving" $common --cases meta/bench/serving_cases.json > /dev/null 2>&1
+    echo "serving exit $?"; tail -28 "$out/p64_serving/bench.log" ;;
+  *) echo "unknown step $step (checks|options|trial|page64|paired4|page64peers)"; exit 2 ;;
 esac
