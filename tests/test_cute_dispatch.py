@@ -1,9 +1,9 @@
 """Where the dispatcher picks the CuTe backend (cute_backend.prefers_cute, a pure rule over case
 classes), and its prepared eager call (``CuteBackend.prepare``), on CPU: no GPU, no compile.
 
-The rule's table (``cute_backend.DEFAULT_CASES``) holds global prefill at pages 16 and 128 since
-46a147e and sliding prefill at page 128 since 109c5e9 (meta/TUNING.md, "CuTe backend"); the tests switch classes on and off with ``monkeypatch``
-and check that the default choice,
+The rule's table (``cute_backend.DEFAULT_CASES``) holds prefill, global and sliding, at pages 16,
+64 and 128 (meta/TUNING.md, "CuTe backend", "The default-choice rule"); the tests switch classes
+on and off with ``monkeypatch`` and check that the default choice,
 the enumeration of compile keys and warmup follow, while calls outside those classes stay on
 Triton without a fallback warning.
 """
@@ -57,22 +57,22 @@ def test_cute_rule_is_pure_and_chooses_prefill_where_it_was_measured_ahead(monke
 
     for name in ("is_available", "get_device_properties", "get_device_capability", "current_device"):
         monkeypatch.setattr(torch.cuda, name, no_device)
-    cases = [_problem(q=q, page=p, window=w) for q in (1, 16, 4096) for p in (16, 64, 128) for w in (-1, 511)]
+    cases = [_problem(q=q, page=p, window=w) for q in (1, 16, 4096) for p in (16, 32, 64, 128) for w in (-1, 511)]
     # global prefill at pages 16 and 128 (46a147e); sliding prefill at page 128 (109c5e9: 1.03-1.18x
     # Triton) and at page 16 with the compact grid (its serving-shaped batch: 0.98x on the dense
-    # grid); page 64 (not measured) and decode: Triton
+    # grid); both at page 64 (46f6f43: 1.16-1.62x); decode and unmeasured page sizes: Triton
     assert cute_backend.DEFAULT_CASES == frozenset(
-        {("prefill", 16, "global"), ("prefill", 128, "global"), ("prefill", 16, "sliding"), ("prefill", 128, "sliding")}
+        {("prefill", p, a) for p in (16, 64, 128) for a in ("global", "sliding")}
     )
     today = [cute_backend.prefers_cute(p, H200) for p in cases]
     assert today == [
-        q > 16 and p in (16, 128) for q in (1, 16, 4096) for p in (16, 64, 128) for w in (-1, 511)
+        q > 16 and p in (16, 64, 128) for q in (1, 16, 4096) for p in (16, 32, 64, 128) for w in (-1, 511)
     ]  # fmt: skip
     on = {("prefill", 128, "global"), ("decode", None, "sliding")}
     answers = [cute_backend.prefers_cute(p, H200, on) for p in cases]
     assert answers == [cute_backend.prefers_cute(p, H200, on) for p in cases]  # repeatable
     expected = [
-        (q > 16 and p == 128 and w < 0) or (q <= 16 and w >= 0) for q in (1, 16, 4096) for p in (16, 64, 128) for w in (-1, 511)
+        (q > 16 and p == 128 and w < 0) or (q <= 16 and w >= 0) for q in (1, 16, 4096) for p in (16, 32, 64, 128) for w in (-1, 511)
     ]  # fmt: skip
     assert answers == expected
     assert not any(cute_backend.prefers_cute(p, A100, on) for p in cases)  # Hopper only

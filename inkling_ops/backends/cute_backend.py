@@ -1,8 +1,8 @@
 """The CuTe DSL backend: our Hopper (sm_90a) forward kernel (inkling_ops/kernels/cute_fwd_sm90.py).
 
 Chosen by default only on the case classes of :data:`DEFAULT_CASES` (:func:`prefers_cute`, a
-pure rule written from the H200 measurements in meta/TUNING.md, "CuTe backend": prefill, global
-and sliding-window, at pages 16 and 128); elsewhere it runs only when asked for by name,
+pure rule written from the Hopper measurements in meta/TUNING.md, "CuTe backend": prefill, global
+and sliding-window, at pages 16, 64 and 128); elsewhere it runs only when asked for by name,
 ``backend="cute"``. Prefill-class calls of several requests run on the kernel's compact grid
 (:func:`compact_grid`, a field of the compile key). It never splits the KV range.
 
@@ -56,16 +56,21 @@ DECODE_MAX_SEQLEN_Q = 16
 
 #: The case classes ``(phase, page_size, attention)`` on which the dispatcher prefers this backend
 #: to Triton on Hopper: phase "prefill" or "decode" (:data:`DECODE_MAX_SEQLEN_Q`), a page size
-#: (None: any), attention "global" or "sliding". A class goes in when the H200 measurements say
-#: it is faster than Triton on every case of it measured (meta/TUNING.md, "CuTe backend", "The
-#: default-choice rule", has the table; each class in it is measured at head_dim 128 and 64):
+#: (None: any), attention "global" or "sliding". A class goes in when one Hopper run (H200, or
+#: H100: the same sm_90a build) says it is faster than Triton on every case of it measured, on
+#: both clocks (meta/TUNING.md, "CuTe backend", "The default-choice rule", has the table; each
+#: class in it is measured at head_dim 128 and 64):
 #: global prefill at pages 16 and 128 since 46a147e;
 #: sliding prefill at page 128 since 109c5e9, and at page 16 since the compact grid
-#: (:func:`compact_grid`: its serving-shaped batch measured 0.98-1.00x Triton on the dense grid).
-#: Page 64 (not measured) and decode (the kernel never splits the KV range) stay on Triton.
+#: (:func:`compact_grid`: its serving-shaped batch measured 0.98-1.00x Triton on the dense grid);
+#: global and sliding prefill at page 64 since 46f6f43's run (an H100).
+#: Decode (the kernel never splits the KV range) stays on Triton, as do page sizes not listed.
 DEFAULT_CASES: frozenset[tuple[str, int | None, str]] = frozenset(
-    {("prefill", 16, "global"), ("prefill", 128, "global"), ("prefill", 16, "sliding"), ("prefill", 128, "sliding")}
-)
+    {
+        ("prefill", 16, "global"), ("prefill", 64, "global"), ("prefill", 128, "global"),
+        ("prefill", 16, "sliding"), ("prefill", 64, "sliding"), ("prefill", 128, "sliding"),
+    }
+)  # fmt: skip
 
 
 def case_class(problem: RelAttnProblem) -> tuple[str, int, str]:

@@ -50,8 +50,8 @@ CASES = {
     # serving batches of 256 requests (vLLM's default max_num_seqs): the compact grid's request scan grows with them
     "serving_chunk2k_decodes255at2k_global_page16": dict(q_lens=[2048] + [1] * 255, kv_lens=[4096] + [2048] * 255, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=16),
     "serving_chunk2k_decodes255_sliding_page128": dict(q_lens=[2048] + [1] * 255, kv_lens=[8192] * 256, num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=128),
-    # page 64, the prefill classes the default rule leaves on Triton for want of a measurement
-    # (K/V gathered, as at page 16; one bias buffer): cute forced against Triton forced
+    # page 64 (K/V gathered, as at page 16; one bias buffer): cute forced against Triton forced;
+    # the default rule's page-64 classes since 46f6f43's run
     "prefill8k_global_page64": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=64),
     "prefill8k_sliding_page64": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=64),
     "chunk2k_on16k_x4_page64": dict(q_lens=[2048] * 4, kv_lens=[16384] * 4, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=64),
