@@ -64,12 +64,11 @@ def _variant_ptx(config, **variant) -> str:
 
 
 def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = None, compact_grid: bool = False,
-                      stmatrix: bool | None = None, bias_tma: bool | None = None, rescales: int = 2) -> None:  # fmt: skip
+                      stmatrix: bool | None = None, bias_tma: bool | None = None) -> None:  # fmt: skip
     """What every build of the kernel holds. ``bias_bulk``: whether the bias rows are bulk copies;
     ``bias_tma``: whether they are TMA boxes, one a token (over ``bias_bulk``; None: as in SCHEDULE);
     ``stmatrix``: whether O goes into shared memory by ``stmatrix`` (None: as in SCHEDULE);
-    ``compact_grid``: the compact grid's build (its register split); ``rescales``: the running O's
-    rescale sites (the loop's and the last PV's; ``half_edge_qk``'s peeled tile adds one)."""
+    ``compact_grid``: the compact grid's build (its register split)."""
     from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8, compact_grid=compact_grid)
@@ -107,7 +106,7 @@ def _check_hopper_ptx(ptx: str, *, bias: bool = True, bias_bulk: bool | None = N
     if bias:
         assert "ld.shared" in ptx  # the softmax reads the staged bias from shared memory
     if built.get("rescale_threshold", 0.0):
-        assert len(re.findall(_VOTE, ptx)) == rescales and _threshold_literal(built["rescale_threshold"]) in ptx
+        assert len(re.findall(_VOTE, ptx)) == 2 and _threshold_literal(built["rescale_threshold"]) in ptx
 
 
 #: the warp vote before the running O's rescale (rescale_threshold): one at each rescale site, the
@@ -312,34 +311,20 @@ def test_cute_compile_slow(kw):
     _check_hopper_ptx(_compile_ptx(_problem(**kw)))
 
 
-#: schedule options under trial, checked over every build as the build is (the backend's own
-#: schedule): ptxas's C7511 came and went chaotically across builds with half_edge_tiles' second
-#: form (meta/TUNING.md, thirteenth day), so a check at one group size says little of the others
-TRIAL_OPTIONS = {
-    "build": {},
-    "half_edge_tiles": dict(half_edge_tiles=True),
-    "half_edge_qk": dict(half_edge_tiles=True, half_edge_qk=True),
-    # q_in_regs alone spills 8-24 bytes at G 3 and 6, with half_edge_qk too 12 bytes at G 3 and 6
-    # compact (TUNING, twelfth and thirteenth days); with half_edge_tiles it spills nothing
-    "half_edge_q_in_regs": dict(half_edge_tiles=True, q_in_regs=True),
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", list(TRIAL_OPTIONS))
 @pytest.mark.parametrize("compact_grid", [False, True], ids=["dense", "compact"])
 @pytest.mark.parametrize("group", [1, 2, 3, 4, 6, 8, 16])
 @pytest.mark.parametrize("head_dim", [128, 64])
-def test_cute_every_build_keeps_the_wgmma_pipeline(head_dim, group, compact_grid, variant, tmp_path):
-    """Every kernel the backend builds (its schedule at each group size, head_dim and grid), and
-    each with the options under trial, assembles with no spills and without ptxas serializing its
-    wgmmas (C7511: too few registers for the wgmma pipeline, every GEMM then waited on; an m64n64
-    QK in the loop did that to ``half_edge_tiles``' first form, and an m64n64 / m64n128 choice
-    on the same registers to its second in 11 builds of 28). Skips without a CUDA 13 ptxas."""
+def test_cute_every_build_keeps_the_wgmma_pipeline(head_dim, group, compact_grid, tmp_path):
+    """Every kernel the backend builds (its schedule at each group size, head_dim and grid)
+    assembles with no spills and without ptxas serializing its wgmmas (C7511: too few registers
+    for the wgmma pipeline, every GEMM then waited on; it came and went chaotically across the
+    builds with schedule changes, meta/TUNING.md, thirteenth day, so a check at one group size
+    says little of the others). Skips without a CUDA 13 ptxas."""
     from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=head_dim, q_per_kv=group, compact_grid=compact_grid)
-    if not _assert_ptxas_clean(_variant_ptx(config, **TRIAL_OPTIONS[variant]), tmp_path):
+    if not _assert_ptxas_clean(_variant_ptx(config), tmp_path):
         pytest.skip("no ptxas that reads the DSL's PTX")
 
 
@@ -456,46 +441,22 @@ def test_cute_compile_odd_rows_paired(tmp_path):
     assert len(re.findall(b16, unpaired)) == 256 and len(re.findall(b16, paired)) == 128
     assert len(re.findall(pair, unpaired)) == 0 and len(re.findall(pair, paired)) == 64
     _assert_ptxas_clean(paired, tmp_path)
-    two = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=2)
-    with pytest.raises(ValueError, match="odd_rows_paired needs q_per_kv 8 or 4"):
-        cute_fwd_sm90.RelAttnFwdSm90(two, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True})
-    four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
-    assert "odd_rows_paired" not in cute_fwd_sm90.schedule(four)  # under trial at G 4
-    # adopted at G 4 by PAIRED_GROUPS alone: one token a box there, G 8's build unchanged
-    eight_before = cute_fwd_sm90.schedule(config)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cute_fwd_sm90, "PAIRED_GROUPS", (8, 4))
-        built = cute_fwd_sm90.schedule(four)
-        assert built["odd_rows_paired"] is True and built["bias_box_rows"] == 0
-        assert cute_fwd_sm90.RelAttnFwdSm90(four, **built).bias_width == 144
-        assert cute_fwd_sm90.schedule(config) == eight_before
-        assert "odd_rows_paired" not in cute_fwd_sm90.schedule(two)
     with pytest.raises(ValueError, match="odd_rows_paired needs one token a bias box"):
         cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "bias_box_rows": 16})
-    with pytest.raises(ValueError, match="odd_rows_paired needs one token a bias box"):
-        cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True})  # 8-row boxes
-    with pytest.raises(ValueError, match="odd_rows_paired at q_per_kv 4 needs bias_tma"):
-        cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.SCHEDULE, "odd_rows_paired": True, "bias_tma": False,
-                                              "bias_box_rows": 0})  # fmt: skip
-
-
-def test_cute_compile_odd_rows_paired_g4(tmp_path):
-    """``odd_rows_paired`` at ``G`` 4 (one token a box): the band bodies' loads as at ``G`` 8 (16
-    word loads and 32 16-bit ones a thread a body), one TMA box a token, no spills."""
-    from inkling_ops.kernels import cute_fwd_sm90
-
-    four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
-    ptx = _variant_ptx(four, odd_rows_paired=True, bias_box_rows=0)
-    assert len(re.findall(r"ld\.shared\.b16", ptx)) == 128 and len(re.findall(r"ld\.shared\.v2\.b16", ptx)) == 64
-    _check_hopper_ptx(ptx)
-    _assert_ptxas_clean(ptx, tmp_path)
+    # the row order is for G 8 alone: the build leaves it out elsewhere, the kernel refuses it
+    for group in (2, 4, 16):
+        other = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
+        assert "odd_rows_paired" not in cute_fwd_sm90.schedule(other)
+        with pytest.raises(ValueError, match=f"odd_rows_paired needs q_per_kv 8 .*; it is {group}"):
+            cute_fwd_sm90.RelAttnFwdSm90(other, **{**cute_fwd_sm90.schedule(other), "odd_rows_paired": True})
+        with pytest.raises(ValueError, match=f"odd_rows_paired needs q_per_kv 8 .*; it is {group}"):
+            _variant_ptx(other, odd_rows_paired=True)
 
 
 def _bias_load_wavefronts(kernel, offset: int, m_block: int, n0: int) -> list[int]:
     """Per consumer warp of M tile ``m_block``, the shared-memory wavefronts of its bias loads over
     one band tile at key ``n0``, from the kernel's own formulas (the rows' tokens, their boxes'
-    slice starts and shifts, the buffer's row width), as ``_band_scores`` reads them (that the
-    producer and the consumers both apply the shift, only a GPU run shows): lane ``l`` holds rows
+    slice starts, the buffer's row width), as ``_band_scores`` reads them: lane ``l`` holds rows
     ``8 i + l / 4`` of its warp's 16 and columns ``2 (l % 4) + 8 k + b``; with ``odd_rows_paired``
     rows ``i = 0`` read each column pair as one 32-bit word. A load takes as many wavefronts as the most distinct words one bank holds.
     Asserts every element read lies inside its row and every paired row has an odd ``q_abs``."""
@@ -511,7 +472,7 @@ def _bias_load_wavefronts(kernel, offset: int, m_block: int, n0: int) -> list[in
                         r = 16 * warp + 8 * i + lane // 4
                         qa = offset + kernel._token(m_block * kernel.tile_m + r, offset)
                         q_box = qa - (r // kernel.group) % kernel.box_tokens  # the box's first token's
-                        d0 = kernel._slice_start(q_box, n0) - kernel._row_shift(r)
+                        d0 = kernel._slice_start(q_box, n0)
                         element = qa - n0 - (2 * (lane % 4) + 8 * k + b) - d0
                         if paired and i == 0:
                             assert qa % 2 == 1, (offset, m_block, r)
@@ -524,177 +485,28 @@ def _bias_load_wavefronts(kernel, offset: int, m_block: int, n0: int) -> list[in
     return per_warp
 
 
-def test_cute_odd_rows_paired_g4_rows_and_banks():
-    """``odd_rows_paired`` at ``G`` 4, by the kernel's own formulas: each 64 rows hold their 16
-    tokens four times (heads ``row % 4``), each warp's first 8 rows two odd-``q_abs`` tokens 8
-    apart, and a warp's bias loads of a band tile take 48 wavefronts (one a load), against 96
-    with the build's 8-row boxes and 64 with ``G`` 8's pairing. Breaking the row order or the
-    shift makes the loads conflict."""
+def test_cute_bias_load_wavefronts():
+    """The build's bias loads, by the kernel's own formulas: a warp's band tile takes 48
+    wavefronts at ``G`` 8 (``odd_rows_paired``: 48 loads, 16 of them 32-bit words, one wavefront
+    each; 64 without the pairing) and 96 at ``G`` 4 (8-row boxes: 1.5 a load, the two tokens of a
+    box half a word apart; meta/tools/bias_banks.py), every element read inside its row and every
+    paired row's ``q_abs`` odd."""
     from inkling_ops.kernels import cute_fwd_sm90
 
-    four = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
-    kernel = cute_fwd_sm90.RelAttnFwdSm90(four, **{**cute_fwd_sm90.schedule(four), "odd_rows_paired": True,
-                                                  "bias_box_rows": 0})  # fmt: skip
-    build = cute_fwd_sm90.RelAttnFwdSm90(four, **cute_fwd_sm90.schedule(four))
-    assert kernel.bias_width == 144
-    for offset in range(8):
-        for group in range(3):
-            rows = range(64 * group, 64 * group + 64)
-            tokens = [kernel._token(row, offset) for row in rows]
-            assert sorted(tokens) == sorted(list(range(16 * group, 16 * group + 16)) * 4)
-            for row in rows:
-                assert kernel._token(row, offset) == kernel._token(row & ~3, offset)  # a token's 4 rows (heads row % 4)
-                if row % 16 < 8:
-                    assert (offset + kernel._token(row, offset)) % 2 == 1
-                if row % 8 >= 4:
-                    assert kernel._token(row, offset) == kernel._token(row - 4, offset) + 8
+    def kernel(group, **variant):
+        config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
+        return cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.schedule(config), **variant})
+
+    paired, unpaired, four = kernel(8), kernel(8, odd_rows_paired=False), kernel(4)
+    assert paired.odd_rows_paired and four.box_rows == 8
     for offset in (0, 1, 2, 5, 100, 1023):
         for m_block in (0, 1, 3):
             for n0 in (0, 128, 1024):
-                if offset + m_block * 32 < n0:
+                if offset + m_block * 16 < n0:
                     continue
-                assert _bias_load_wavefronts(kernel, offset, m_block, n0) == [48] * 8
-    # the build's 8-row boxes at G 4 (1.5 wavefronts a load: the two tokens of a box half a word apart)
-    assert sum(_bias_load_wavefronts(build, 5, 1, 128)) / 8 == 96
-
-
-def test_cute_half_tiles_skip_only_unseen_keys():
-    """``half_tiles`` against brute force: over CTAs of prefill, chunks and decodes, global and
-    sliding windows, ``G`` 1-16, a half it skips holds no key any of the CTA's rows sees (the
-    kernel's ranges: ``qa`` from the M tile's tokens, ``n_end`` the diagonal tile + 1, ``n_begin``
-    the window's edge tile); and it does skip where it should (some CTAs of 8K sliding and
-    global)."""
-    from inkling_ops.backends.cute_backend import kernel_window
-    from inkling_ops.kernels.cute_fwd_sm90 import half_tiles
-
-    tile = 128
-    skipped = {"diag": 0, "edge": 0}
-    anchors = [(8192, 8192, 4, 511), (8192, 8192, 8, -1), (2048, 16384, 8, -1), (2048, 16384, 4, 511),
-               (300, 1000, 1, 200), (1, 5000, 8, 511), (700, 700, 16, 63), (1500, 1500, 2, 1023)]  # fmt: skip
-    # every offset modulo the tile, so qa_hi and qa_lo - window meet each half's boundary exactly
-    boundaries = [(160, 160 + off, group, w) for off in range(tile) for group in (1, 8) for w in (-1, 100)]
-    for q_len, kv_len, group, window_left in anchors + boundaries:
-        window = kernel_window(window_left)
-        offset = kv_len - q_len
-        for m in range(-(-q_len * group // tile)):
-            tok_lo, tok_hi = m * tile // group, min((m * tile + tile - 1) // group, q_len - 1)
-            qa_lo, qa_hi = offset + tok_lo, offset + tok_hi
-            n_end = min(-(-(qa_hi + 1) // tile), -(-kv_len // tile))
-            n_begin = max(qa_lo - window, 0) // tile
-            diag, edge = half_tiles(qa_lo, qa_hi, n_begin, n_end, window, tile)
-            seen = {k for q in range(qa_lo, qa_hi + 1) for k in range(max(q - window, 0), q + 1)}
-            top = (n_end - 1) * tile
-            if diag:
-                skipped["diag"] += 1
-                assert not seen & set(range(top + tile // 2, top + tile)), (q_len, kv_len, group, m)
-            if edge and n_end - n_begin > 1:
-                skipped["edge"] += 1
-                assert not seen & set(range(n_begin * tile, n_begin * tile + tile // 2)), (q_len, kv_len, group, m)
-            assert not (diag and edge and n_end - n_begin == 1)
-    assert skipped["diag"] > 100 and skipped["edge"] > 100
-
-
-def test_cute_compile_half_edge_tiles(tmp_path):
-    """``half_edge_tiles`` compiles without spills or serialized wgmmas (ptxas) and keeps every
-    piece of the build; the diagonal's QK is two m64n64 batches (8 k-blocks each, in the peeled
-    first tile; the upper one skipped when no row sees it) instead of an m64n128 one, and
-    half-tile PV batches (4 k-blocks at each of three sites) sit beside the full ones; the debug
-    options that skip the masks are refused with it, by name."""
-    from inkling_ops.kernels import cute_fwd_sm90
-
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
-    ptx = _variant_ptx(config, half_edge_tiles=True)
-    _check_hopper_ptx(ptx)
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32", ptx)) == 2 * 8
-    # QK (the loop's full site) and PV (2 full sites, 3 half ones) at m64n128k16
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) == 8 + 2 * 8 + 3 * 4
-    _assert_ptxas_clean(ptx, tmp_path)  # (also fails on serialized wgmmas)
-    for debug in (dict(band_split=True, debug_acc_bias="band"), dict(debug_all_plain=True), dict(debug_no_masks=True)):
-        with pytest.raises(ValueError, match="half_edge_tiles"):
-            cute_fwd_sm90.RelAttnFwdSm90(config, half_edge_tiles=True, **debug)
-
-
-def test_cute_compile_half_edge_qk(tmp_path):
-    """``half_edge_qk`` peels the window edge's tile out of the loop: one more m64n64 QK batch (8
-    k-blocks, on K's rows 64-127, into the accumulator's last 32 registers) and the loop body's PV
-    sites once more; ptxas keeps the wgmma pipeline (no C7511, which the same batch inside the loop
-    caused) and spills nothing; without ``half_edge_tiles`` it is refused by name."""
-    from inkling_ops.kernels import cute_fwd_sm90
-
-    for group in (4, 8):
-        config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
-        ptx = _variant_ptx(config, half_edge_tiles=True, half_edge_qk=True)
-        _check_hopper_ptx(ptx, rescales=3)
-        half = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32[^;]*\{([^}]*)\}", ptx)
-        assert len(half) == 3 * 8  # the diagonal's two halves, the edge's upper half
-        # QK: the loop's full site; PV: the loop's and the peeled tile's (each full and the
-        # diagonal's half), the last PV's (full, the diagonal's half, the edge's half)
-        assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32", ptx)) == 8 + 2 * (8 + 4) + (8 + 2 * 4)
-        _assert_ptxas_clean(ptx, tmp_path)
-    with pytest.raises(ValueError, match="half_edge_qk needs half_edge_tiles"):
-        cute_fwd_sm90.RelAttnFwdSm90(config, half_edge_qk=True)
-
-
-def test_cute_compile_q_in_regs(tmp_path):
-    """``q_in_regs``: every QK batch reads Q's A fragment from registers (wgmma RS: a register
-    operand before K's descriptor), loaded once by 8 ``ldmatrix.x4`` a thread; the PV batches are
-    RS as in the build; ptxas keeps the wgmma pipeline and spills nothing at ``G`` 4 and 8. The
-    build's QK batches read Q from shared memory (two descriptors). With ``half_edge_tiles`` the
-    diagonal's m64n64 batches are RS on the same registers."""
-    rs = r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 \{[^}]*\}, \{[^}]*\}, %rd"
-    ss = r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 \{[^}]*\}, %rd\d+, %rd"
-    ldsm = r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16"
-    from inkling_ops.kernels import cute_fwd_sm90
-
-    for group in (4, 8):
-        config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
-        build, ptx = _variant_ptx(config), _variant_ptx(config, q_in_regs=True)
-        _check_hopper_ptx(ptx)
-        assert len(re.findall(rs, build)) == 2 * 8 and len(re.findall(ss, build)) == 2 * 8  # PV RS, QK SS
-        assert len(re.findall(rs, ptx)) == 4 * 8 and len(re.findall(ss, ptx)) == 0
-        assert len(re.findall(ldsm, ptx)) == len(re.findall(ldsm, build)) + 8
-        _assert_ptxas_clean(ptx, tmp_path)
-    # with half_edge_tiles, the diagonal's two m64n64 batches read the same registers
-    ptx = _variant_ptx(config, q_in_regs=True, half_edge_tiles=True)
-    half_rs = r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, \{[^}]*\}, %rd"
-    assert len(re.findall(half_rs, ptx)) == 2 * 8
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)) == 2 * 8
-    assert len(re.findall(ldsm, ptx)) == len(re.findall(ldsm, build)) + 8  # Q loaded once, as without it
-    _assert_ptxas_clean(ptx, tmp_path)
-
-
-@pytest.mark.filterwarnings("ignore:This static loop has")  # 256 x 32 trace-time checks, no code
-def test_cute_half_accumulator_is_the_full_ones_half():
-    """What ``half_edge_tiles`` and ``half_edge_qk`` assume of the wgmma accumulators the kernel
-    builds: for every consumer thread, register ``i`` of the m64n64 QK accumulator holds the same
-    (row, column) as register ``i`` of the m64n128 one, and register ``i + 32`` of the m64n128 one
-    holds that element 64 columns to the right. So an m64n64 batch written at the accumulator's
-    start fills columns 0-63, and one written 32 registers in fills columns 64-127."""
-    import cutlass
-    import cutlass.cute as cute
-    import cutlass.utils.hopper_helpers as hopper
-    from cutlass import Float32
-
-    from inkling_ops.kernels import cute_runtime
-
-    found = []
-
-    @cute.jit
-    def check():
-        bf16, K = cutlass.BFloat16, cute.nvgpu.OperandMajorMode.K
-        full = hopper.make_trivial_tiled_mma(bf16, bf16, K, K, Float32, atom_layout_mnk=(2, 1, 1), tiler_mn=(64, 128))
-        half = hopper.make_trivial_tiled_mma(bf16, bf16, K, K, Float32, atom_layout_mnk=(2, 1, 1), tiler_mn=(64, 64))
-        half_size = cute.size(half.partition_shape_C((128, 64)))
-        c_full, c_half = cute.make_identity_tensor((128, 128)), cute.make_identity_tensor((128, 64))
-        for t in cutlass.range_constexpr(256):
-            t_full, t_half = full.get_slice(t).partition_C(c_full), half.get_slice(t).partition_C(c_half)
-            for i in cutlass.range_constexpr(half_size):
-                row, col = t_half[i]
-                found.append((t_full[i] == (row, col)) and (t_full[i + half_size] == (row, col + 64)))
-        found.append(half_size == 32 and cute.size(full.partition_shape_C((128, 128))) == 64)
-
-    cute_runtime.compile_with(lambda flags: cute.compile(check, options=flags), arch="sm_90a")
-    assert len(found) == 256 * 32 + 1 and all(found)
+                assert _bias_load_wavefronts(paired, offset, m_block, n0) == [48] * 8
+                assert _bias_load_wavefronts(unpaired, offset, m_block, n0) == [64] * 8
+    assert sum(_bias_load_wavefronts(four, 5, 1, 128)) / 8 == 96
 
 
 def test_cute_tma_bias_width_box_rows():

@@ -95,37 +95,27 @@ SCHEDULE = dict(
 #: its use. 40 x 128 + 232 x 256 registers still fit the file (meta/TUNING.md, "compact_grid").
 COMPACT_GRID_SCHEDULE = dict(producer_regs=40)
 
-#: The ``q_per_kv`` at which :data:`SCHEDULE`'s ``odd_rows_paired`` is built: 8 since b33d5ba; 4
-#: (one token a bias box, then) is under trial (meta/TUNING.md, "twelfth day"), so a device visit
-#: can adopt it for its conformance run by editing this line alone.
-PAIRED_GROUPS = (8,)
-
 
 def schedule(config: "CuteFwdConfig") -> dict:
     """The schedule options the backend builds ``config`` with: :data:`SCHEDULE`, and over it
     :data:`COMPACT_GRID_SCHEDULE` on the compact grid; ``bias_tma`` only where ``q_per_kv``
     divides 32 (elsewhere ``bias_bulk`` stages the same values, and ``bias_box_rows`` goes with
-    ``bias_tma``); ``odd_rows_paired`` only at the ``q_per_kv`` of :data:`PAIRED_GROUPS`, with one
-    token a bias box (``bias_box_rows`` 0 where ``SCHEDULE``'s boxes hold more). Pure."""
+    ``bias_tma``); ``odd_rows_paired`` only at ``q_per_kv`` 8. Pure."""
     options = {**SCHEDULE, **COMPACT_GRID_SCHEDULE} if config.compact_grid else dict(SCHEDULE)
     if options.get("bias_tma") and not tma_boxes_fit(config.q_per_kv):
         options["bias_tma"] = False
-    paired = options.get("odd_rows_paired") and config.q_per_kv in PAIRED_GROUPS
-    if paired and max(options.get("bias_box_rows", 0), config.q_per_kv) > config.q_per_kv:
-        options["bias_box_rows"] = 0
     return _without_moot(options, config)
 
 
 def _without_moot(options: dict, config: "CuteFwdConfig", keep=()) -> dict:
     """``options`` less those with nothing to act on at ``config``: ``bias_box_rows`` without
-    ``bias_tma`` (a shape of its boxes), ``odd_rows_paired`` at a ``q_per_kv`` outside
-    :data:`PAIRED_GROUPS` (the kernel's row order for 4, under trial, is asked for explicitly,
-    with ``bias_box_rows=0``); the keys in ``keep`` stay (asked for explicitly; the kernel
-    refuses those that do not apply, by name). Pure."""
+    ``bias_tma`` (a shape of its boxes), ``odd_rows_paired`` below or above ``q_per_kv`` 8 (a row
+    order for 8 alone); the keys in ``keep`` stay (asked for explicitly; the kernel refuses those
+    that do not apply, by name). Pure."""
     moot = set()
     if not options.get("bias_tma"):
         moot.add("bias_box_rows")
-    if config.q_per_kv not in PAIRED_GROUPS:
+    if config.q_per_kv != 8:
         moot.add("odd_rows_paired")
     return {k: v for k, v in options.items() if k not in moot or k in keep}
 
@@ -198,18 +188,6 @@ def tma_bias_width(tile_n: int, group: int, elem_bytes: int = 2, box_rows: int =
     while (rows * width * elem_bytes) % 128:
         width += CHUNK
     return width
-
-
-def half_tiles(qa_lo, qa_hi, n_begin, n_end, window, tile_n: int):
-    """``half_edge_tiles``: whether no row of a CTA (query positions ``[qa_lo, qa_hi]``, key tiles
-    ``[n_begin, n_end)``, ``window``: a key is seen when ``0 <= q_abs - key <= window``) sees a
-    key in the upper half of the diagonal tile ``n_end - 1``, and whether none sees one in the
-    lower half of the window's edge tile ``n_begin``: ``(diag_half, edge_lower)``, comparisons
-    only, so the kernel (``Int32``) and the tests (ints) share it. The kernel uses ``edge_lower``
-    only when the edge tile is not the diagonal (``n_tiles > 1``); both cannot hold for one tile
-    (each row sees its own key)."""
-    half = tile_n // 2
-    return qa_hi < (n_end - 1) * tile_n + half, qa_lo - window >= n_begin * tile_n + half
 
 
 def _cutlass_dtype(name: str):
@@ -366,49 +344,14 @@ class RelAttnFwdSm90:
       wavefronts at ``G`` 4, 3.8 at 2, 7.5 at 1 (1 at 8 and 16; ``meta/tools/bias_banks.py``);
       with 8-row boxes of 136 distances at ``G`` 4 it takes 1.5 (2 at ``G`` 2 and 1), and a
       producer warp issues 4 boxes instead of ``32 / G``.
-    - ``odd_rows_paired`` (``G`` 8, and ``G`` 4 with ``bias_tma`` and one token a box): in each
-      16 rows of the M tile (one warp's) the first 8 hold odd ``q_abs`` (the accumulator's rows
-      ``r``, a thread's other rows ``r + 8`` the even ones). At ``G`` 8 the two tokens of every
-      pair are swapped when the request's ``offset`` is even. At ``G`` 4 a warp's first 8 rows
-      hold two odd tokens 8 apart (``t`` and ``t + 8``, so the two sit the same offset from their
-      8-aligned slice starts) and the boxes of each 8's second token start 8 distances lower
-      (:meth:`_row_shift`), so its values lie 4 words along its rows: with rows 144 distances
-      (72 words, 8 banks) apart, a warp's loads read 32 distinct banks (``t`` and ``t + 2``, one
-      word apart, could not: ``meta/tools/bias_banks.py``). A thread's two bias values of a column
-      pair, distances ``d`` and ``d - 1``, are then one aligned 32-bit word in its first row
-      (``d`` odd, the slice start even), read with one load instead of two: 48 shared loads a
-      band tile a thread instead of 64, and at ``G`` 4 48 wavefronts a warp instead of 8-row
-      boxes' 96. Q's gather, O's store, the rows' ``q_abs`` and the bias boxes all take the
-      rows' order (:meth:`_token`).
-    - ``half_edge_tiles``: a CTA's edge tiles multiply only the half of their keys that any of
-      its rows can see (:func:`half_tiles`). When no row sees the upper 64 keys of the diagonal
-      tile (``qa_hi`` in the tile's lower half), its QK GEMM is one m64n64 batch on K's rows 0-63
-      into the accumulator's first 32 registers and its PV GEMM takes P's first 4 k-blocks; the
-      other registers are not written, and the masks set those scores to -inf (no row sees those
-      keys), so they never reach P. Otherwise a second m64n64 batch on rows 64-127 fills the
-      other 32: an m64n128 batch there, on the same registers in the other branch, made ptxas
-      serialize every wgmma (C7511) in 11 of the 28 builds. When no row sees the lower 64 keys
-      of the window's edge tile
-      (``qa_lo - window`` in the tile's upper half), its PV GEMM takes P's last 4 k-blocks (P is
-      0 in the others); its QK stays whole (unless ``half_edge_qk``), because an m64n64 batch
-      inside the loop made ptxas serialize every wgmma of the kernel (C7511, too few registers for
-      the wgmma pipeline). At
-      8K sliding (window 511, 32 tokens a CTA, 5 key tiles) 128 of a KV head's 256 CTAs skip
-      half of the diagonal's GEMMs and 120 half of the edge tile's PV; at 8K global 256 of 512
-      CTAs skip half of the diagonal's, one of about 32 tiles.
-    - ``half_edge_qk`` (with ``half_edge_tiles``): the window edge's QK GEMM takes the seen half as
-      well, one m64n64 batch on K's rows 64-127 into the accumulator's last 32 registers. The
-      walk's last tile then runs outside the loop (a second loop of one trip when the edge's lower
-      half is unseen, else of none), with only the masked scores' body: the same batch inside the
-      loop made ptxas serialize every wgmma (C7511); peeled, it does not.
-    - ``q_in_regs``: the QK GEMM reads Q from registers (wgmma RS), each consumer thread loading
-      its 32 registers of Q's A fragment from the Q tile once (8 ``ldmatrix.x4``) before its walk;
-      the build reads Q from shared memory at every QK GEMM (SS), 2 KB of each m64n128k16's 6 KB
-      of operands. For band tiles, whose shared-memory traffic (GEMM operands, K/V and bias
-      writes, bias loads) by arithmetic exceeds their tensor time, that is a third less of the QK
-      GEMMs' reads. The edge tiles' m64n64 batches (``half_edge_tiles``) read the same
-      registers. ptxas: no spills at ``G`` 1, 2, 4, 8 and 16 (head_dim 128 and 64), 8-24 bytes of
-      spill stores at ``G`` 3 and 6 (head_dim 128).
+    - ``odd_rows_paired`` (``G`` 8 only): in each 16 rows of the M tile the token whose ``q_abs``
+      is odd takes the first 8 (the accumulator's rows ``r``, its other token rows ``r + 8``),
+      swapping the two tokens of every pair when the request's ``offset`` is even
+      (:meth:`_token`). A thread's two bias values of a column pair, distances ``d`` and
+      ``d - 1``, are then one aligned 32-bit word in its first row (``d`` odd, the slice start
+      even), read with one load instead of two: 48 shared loads a band tile a thread instead of
+      64, a quarter fewer bias wavefronts. Q's gather, O's store, the rows' ``q_abs`` and the
+      bias boxes all take the swapped order.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -448,8 +391,7 @@ class RelAttnFwdSm90:
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
                  debug_acc_bias: str = "", debug_no_masks: bool = False, bias_box_rows: int = 0,
-                 odd_rows_paired: bool = False, half_edge_tiles: bool = False, half_edge_qk: bool = False,
-                 q_in_regs: bool = False):  # fmt: skip
+                 odd_rows_paired: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -487,24 +429,13 @@ class RelAttnFwdSm90:
             self.bias_width = tma_bias_width(config.tile_n, config.q_per_kv, box_rows=self.box_rows)
         elif bias_box_rows:
             raise ValueError(f"bias_box_rows is {bias_box_rows}; it needs bias_tma (it shapes the TMA boxes)")
-        if odd_rows_paired and config.q_per_kv not in (4, 8):
-            raise ValueError(f"odd_rows_paired needs q_per_kv 8 or 4 (one or two tokens' rows fill a warp's 8 rows "
-                             f"of one accumulator half); it is {config.q_per_kv}")
-        if odd_rows_paired and config.q_per_kv == 4 and not bias_tma:
-            raise ValueError("odd_rows_paired at q_per_kv 4 needs bias_tma (its shifted slices need rows of "
-                             f"{tma_bias_width(config.tile_n, 4)} distances, one token a box)")
+        if odd_rows_paired and config.q_per_kv != 8:
+            raise ValueError(f"odd_rows_paired needs q_per_kv 8 (a token's rows fill a warp's 8 rows of one "
+                             f"accumulator half); it is {config.q_per_kv}")
         if odd_rows_paired and self.box_tokens > 1:
             raise ValueError(f"odd_rows_paired needs one token a bias box; bias_box_rows is {bias_box_rows} "
                              f"({self.box_tokens} tokens at q_per_kv {config.q_per_kv})")
         self.odd_rows_paired = odd_rows_paired
-        if half_edge_tiles and (debug_acc_bias or debug_all_plain or debug_no_masks):
-            raise ValueError("half_edge_tiles does not take debug_acc_bias, debug_all_plain or debug_no_masks "
-                             "(the masks must set the scores it does not compute to -inf)")
-        self.half_edge_tiles = half_edge_tiles
-        if half_edge_qk and not half_edge_tiles:
-            raise ValueError("half_edge_qk needs half_edge_tiles (it halves the window edge's QK as well as its PV)")
-        self.half_edge_qk = half_edge_qk
-        self.q_in_regs = q_in_regs
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
         self.compact_grid = config.compact_grid
@@ -588,21 +519,12 @@ class RelAttnFwdSm90:
         tiled_mma_qk = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
             atom_layout_mnk=(self.tile_m // 64, 1, 1), tiler_mn=(64, self.tile_n),
-            a_source=warpgroup.OperandSource.RMEM if const_expr(self.q_in_regs) else warpgroup.OperandSource.SMEM,
         )  # fmt: skip
         tiled_mma_pv = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.MN, Float32,
             atom_layout_mnk=(self.tile_m // 64, 1, 1), tiler_mn=(64, self.head_dim),
             a_source=warpgroup.OperandSource.RMEM,
         )  # fmt: skip
-        # half_edge_tiles: QK over half a key tile (m64n64)
-        tiled_mma_qk_half = None
-        if const_expr(self.half_edge_tiles):
-            tiled_mma_qk_half = hopper.make_trivial_tiled_mma(
-                self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
-                atom_layout_mnk=(self.tile_m // 64, 1, 1), tiler_mn=(64, self.tile_n // 2),
-                a_source=warpgroup.OperandSource.RMEM if const_expr(self.q_in_regs) else warpgroup.OperandSource.SMEM,
-            )  # fmt: skip
         sQ_layout = self._smem_layout(self.tile_m, None)
         sKV_layout = self._smem_layout(self.tile_n, STAGES)
         sB_layout = cute.make_layout((self.bias_rows, self.bias_width), stride=(self.bias_width, 1))
@@ -646,7 +568,7 @@ class RelAttnFwdSm90:
             tma_atom_b, tB_rel = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), rel_view, box, box.shape)
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
-            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, tiled_mma_qk_half, copy_q, copy_kv, copy_atom, tma_atom_k,
+            sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
             tma_atom_v, tK_pages, tV_pages, tma_atom_b, tB_rel, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, grid_req], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
@@ -673,7 +595,6 @@ class RelAttnFwdSm90:
         sB_layout: cute.Layout,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
-        tiled_mma_qk_half: cute.TiledMma | None,
         copy_q: cute.TiledCopy,
         copy_kv: cute.TiledCopy,
         copy_atom: cute.CopyAtom,
@@ -744,7 +665,7 @@ class RelAttnFwdSm90:
 
             # -------- tile ranges (uniform over the CTA) --------
             offset = kv_len - q_len  # q_abs = offset + token
-            # (odd_rows_paired reorders tokens within an M tile's 64-row halves: same range)
+            # (odd_rows_paired swaps tokens within pairs that never cross an M tile: same range)
             tok_lo = m_block * tile_m // G
             tok_hi = cutlass.min((m_block * tile_m + tile_m - 1) // G, q_len - 1)
             qa_lo = offset + tok_lo
@@ -777,9 +698,6 @@ class RelAttnFwdSm90:
             else:
                 bias_lo = (cutlass.max(qa_hi - cutlass.min(rel_extent - 1, window), 0) + tile_n - 1) // tile_n
             q_head0 = kv_head * G
-            # half_edge_tiles: no row sees the diagonal tile's upper half / the window edge's lower half
-            diag_half, edge_lower = half_tiles(qa_lo, qa_hi, n_begin, n_end, window, tile_n)
-            edge_half = n_tiles > 1 and edge_lower
 
             if warp_idx < PRODUCER_THREADS // 32:
                 cute.arch.setmaxregister_decrease(self.producer_regs)
@@ -793,7 +711,7 @@ class RelAttnFwdSm90:
                 self._consume(
                     mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
                     plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, page_size, scale_log2, tidx - PRODUCER_THREADS, pipes,
-                    tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom, (tiled_mma_qk_half, diag_half, edge_half),
+                    tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom,
                 )  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -982,7 +900,7 @@ class RelAttnFwdSm90:
             r = tidx + rr * PRODUCER_THREADS
             row = m_block * self.tile_m + r
             tok = self._token(row, offset)
-            d0 = self._slice_start(offset + tok, n0) - self._row_shift(r)
+            d0 = self._slice_start(offset + tok, n0)
             if const_expr(self.bias_bulk):
                 self._bulk_bias_row(mRel, sB, pipe, state, r, row, tok, d0, q_start, staged_len, q_head0, rel_extent)
             elif tok < staged_len:
@@ -1035,8 +953,7 @@ class RelAttnFwdSm90:
             r = warp_row0 + k * R
             tok = self._token(m_block * self.tile_m + r, offset)  # the box's first token: its slice start is the box's
             if tok < staged_len:
-                d0 = self._slice_start(offset + tok, n0) - self._row_shift(r)
-                gB = cute.domain_offset((d0, q_head0, q_start + tok), tRel)
+                gB = cute.domain_offset((self._slice_start(offset + tok, n0), q_head0, q_start + tok), tRel)
                 if const_expr(self.box_tokens > 1):
                     gBox = cute.local_tile(gB, box_shape, (0, 0, 0))
                 else:
@@ -1093,7 +1010,7 @@ class RelAttnFwdSm90:
     @cute.jit
     def _consume(self, mQ, mO, sQ, sK, sV, sB, q_start, q_len, q_head0, offset, m_block, n_end, n_tiles, num_band,
                  plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, page_size, scale_log2, tidx, pipes,
-                 tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom, halves):  # fmt: skip
+                 tiled_mma_qk, tiled_mma_pv, copy_q, copy_atom):  # fmt: skip
         """Per key tile ``i`` (FA3's intra-warpgroup overlap): issue ``S_i = Q K_i^T``, issue
         ``O += P_{i-1} V_{i-1}``, wait for S_i, mask / bias / online softmax of S_i while the PV GEMM
         runs, wait for it, rescale O. ``tidx`` counts from the first consumer thread."""
@@ -1127,29 +1044,9 @@ class RelAttnFwdSm90:
         thr_mma_qk = tiled_mma_qk.get_slice(tidx)
         wg_mma_qk = tiled_mma_qk.get_slice(wg_layout(wg_idx))
         wg_mma_pv = tiled_mma_pv.get_slice(wg_layout(wg_idx))
-        if const_expr(self.q_in_regs):
-            # Q's A fragment in registers for the whole walk (wgmma RS), by ldmatrix from sQ
-            tSrQ = thr_mma_qk.make_fragment_A(thr_mma_qk.partition_A(sQ))
-            ldsm = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
-            thr_ldsm = cute.make_tiled_copy_A(ldsm, tiled_mma_qk).get_slice(tidx)
-            cute.copy(thr_ldsm, thr_ldsm.partition_S(sQ), thr_ldsm.retile(tSrQ))
-        else:
-            tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
+        tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
         tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
-        tiled_mma_qk_half, diag_half, edge_half = halves
-        half_qk = None
-        if const_expr(self.half_edge_tiles):
-            # the diagonal's QK over K's rows 0-63 of a stage (m64n64), into the first 32 accumulator
-            # registers (the n128 accumulator holds columns 8g..8g+7 in registers 4g..4g+3)
-            wg_mma_half = tiled_mma_qk_half.get_slice(wg_layout(wg_idx))
-            sK_halves = cute.flat_divide(sK, (tile_n // 2,))  # (64, 2, head_dim, STAGES): K's rows 0-63, 64-127
-            half_qk = (
-                tSrQ if const_expr(self.q_in_regs) else wg_mma_half.make_fragment_A(wg_mma_half.partition_A(sQ)),
-                wg_mma_half.make_fragment_B(wg_mma_half.partition_B(sK_halves[None, 0, None, None])),
-                wg_mma_half.make_fragment_B(wg_mma_half.partition_B(sK_halves[None, 1, None, None])),
-                tiled_mma_qk_half.partition_shape_C((tile_m, tile_n // 2)),
-            )
         acc_O = cute.make_rmem_tensor(tiled_mma_pv.partition_shape_C((tile_m, self.head_dim)), Float32)
         acc_O.fill(0.0)
         acc_S_shape = tiled_mma_qk.partition_shape_C((tile_m, tile_n))
@@ -1179,15 +1076,7 @@ class RelAttnFwdSm90:
             self._wait_tile(pipe_k, k_first, n_end - 1, kv_len, page_size)
             acc_biased = self._acc_bias(acc_S, sB, pipe_b, 0, n_end - 1, num_band, bias_lo, bias_hi, b_half, tidx)
             self._sched_wait(wg_idx)
-            if const_expr(self.half_edge_tiles):
-                # the diagonal's QK as two m64n64 batches, the upper one only when a row sees those
-                # keys: an m64n128 batch in the other branch made ptxas serialize every wgmma (C7511)
-                # in 11 of the 28 builds, its choice chaotic across them (meta/TUNING.md, thirteenth day)
-                self._gemm_half(tiled_mma_qk_half, acc_S, half_qk, 0)
-                if not diag_half:
-                    self._gemm_half(tiled_mma_qk_half, acc_S, half_qk, 0, upper=True)
-            else:
-                self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True, acc_biased)
+            self._gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, 0], True, acc_biased)
             self._sched_signal(wg_idx, True)
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
@@ -1195,55 +1084,31 @@ class RelAttnFwdSm90:
                          plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
-            # the walk's later tiles; with half_edge_qk, when the window edge's lower half is
-            # seen by no row, its tile is peeled out of the loop (a second loop of one trip), so
-            # that its QK can be one m64n64 batch on the upper half: inside the loop such a batch
-            # made ptxas serialize every wgmma (C7511)
-            loop_end = n_tiles
-            if const_expr(self.half_edge_qk):
-                loop_end = cutlass.select_(edge_half, n_tiles - 1, n_tiles)
-            for walk in cutlass.range_constexpr(2 if const_expr(self.half_edge_qk) else 1):
-                peeled = walk == 1
-                # the loop over [1, loop_end), then the peeled one over [loop_end, n_tiles)
-                first = loop_end if const_expr(peeled) else 1
-                end = n_tiles if const_expr(peeled) else loop_end
-                for it in cutlass.range(first, end, unroll=1):
-                    n = n_end - 1 - it
-                    stage = it % STAGES
-                    k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
-                    v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
-                    self._wait_tile(pipe_k, k_state, n, kv_len, page_size)
-                    # S of this tile (a fresh accumulator: see fresh_scores)
-                    acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
-                    self._sched_wait(wg_idx)
-                    if const_expr(peeled):
-                        # the window edge: no bias in the accumulator (a masked tile)
-                        self._gemm_half(tiled_mma_qk_half, acc_T, half_qk, stage, upper=True)
-                    else:
-                        acc_biased = self._acc_bias(acc_T, sB, pipe_b, it, n, num_band, bias_lo, bias_hi, b_half, tidx)
-                        self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True, acc_biased)
-                    if const_expr(self.late_rescale):
-                        self._rescale_o(acc_O, row_scale)
-                    self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
-                    if const_expr(self.half_edge_tiles):
-                        # P of the previous tile: the diagonal's (the walk's first) may be half a tile
-                        if diag_half and it == 1:
-                            self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False, k_half=0)
-                        else:
-                            self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
-                    else:
-                        self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
-                    self._sched_signal(wg_idx, True)
-                    warpgroup.wait_group(1)
-                    self._release(pipe_k, k_state)
-                    self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                                 plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
-                                 masked_only=peeled)  # fmt: skip
-                    warpgroup.wait_group(0)
-                    self._release(pipe_v, v_state)
-                    if const_expr(not self.late_rescale):
-                        self._rescale_o(acc_O, row_scale)
-                    self._to_operand(acc_T, rP)
+            for it in cutlass.range(1, n_tiles, unroll=1):
+                n = n_end - 1 - it
+                stage = it % STAGES
+                k_state = _state(STAGES, it, stage, (it // STAGES) % 2)
+                v_state = _state(STAGES, it - 1, 1 - stage, ((it - 1) // STAGES) % 2)
+                self._wait_tile(pipe_k, k_state, n, kv_len, page_size)
+                # S of this tile (a fresh accumulator: see fresh_scores)
+                acc_T = cute.make_rmem_tensor(acc_S_shape, Float32) if const_expr(self.fresh_scores) else acc_S
+                acc_biased = self._acc_bias(acc_T, sB, pipe_b, it, n, num_band, bias_lo, bias_hi, b_half, tidx)
+                self._sched_wait(wg_idx)
+                self._gemm(tiled_mma_qk, acc_T, tSrQ, tSrK[None, None, None, stage], True, acc_biased)
+                if const_expr(self.late_rescale):
+                    self._rescale_o(acc_O, row_scale)
+                self._wait_tile(pipe_v, v_state, n + 1, kv_len, page_size)
+                self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, 1 - stage], False)
+                self._sched_signal(wg_idx, True)
+                warpgroup.wait_group(1)
+                self._release(pipe_k, k_state)
+                self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
+                warpgroup.wait_group(0)
+                self._release(pipe_v, v_state)
+                if const_expr(not self.late_rescale):
+                    self._rescale_o(acc_O, row_scale)
+                self._to_operand(acc_T, rP)
 
             # last PV
             last = n_tiles - 1
@@ -1252,15 +1117,7 @@ class RelAttnFwdSm90:
             self._sched_wait(wg_idx)
             if const_expr(self.late_rescale):
                 self._rescale_o(acc_O, row_scale)
-            if const_expr(self.half_edge_tiles):
-                if diag_half and last == 0:
-                    self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False, k_half=0)
-                elif edge_half:
-                    self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False, k_half=1)
-                else:
-                    self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
-            else:
-                self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
+            self._gemm(tiled_mma_pv, acc_O, rP, tOrVt[None, None, None, last % STAGES], False)
             self._sched_signal(wg_idx, False)
             warpgroup.wait_group(0)
             self._release(pipe_v, v_last)
@@ -1414,20 +1271,14 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, plain_lo,
-                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half,
-                masked_only: cutlass.Constexpr = False):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
         """Scores of key tile ``n`` to probabilities, in place: plain tiles scale only; band tiles
         mask and add the staged bias (waiting for it when the tile stages any: ``bias_use`` is its
-        index among the walk's band tiles, ``num_band`` or more when it stages none). With
-        ``masked_only`` the caller knows some key of the tile is invisible (``half_edge_qk``'s
-        window edge), so neither plain nor, with ``band_split``, unmasked: only the masked body."""
+        index among the walk's band tiles, ``num_band`` or more when it stages none)."""
         acc_S_mn = cute.make_tensor(acc_S.iterator, _acc_mn_layout(acc_S.layout))
         is_plain = n >= plain_lo and n < plain_hi
         if const_expr(self.debug_all_plain):
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
-        elif const_expr(masked_only):
-            self._masked_scores(acc_S_mn, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n,
-                                num_band, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
         elif is_plain:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, scale_log2)
         elif const_expr(self.band_split):
@@ -1445,21 +1296,6 @@ class RelAttnFwdSm90:
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
-            self._masked_scores(acc_S_mn, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n,
-                                num_band, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
-
-    @cute.jit
-    def _masked_scores(self, acc_S_mn, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n,
-                       num_band, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
-        """A masked tile's scores to probabilities: with ``band_split`` in natural units (the
-        softmax's exp2 multiply-add applies log2(e); :meth:`_scores`' own band_split body shares
-        its softmax with the unmasked body, so it does not call this, and it keeps the
-        ``debug_acc_bias`` probe, which ``half_edge_qk`` refuses), else in log2 units."""
-        if const_expr(self.band_split):
-            self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
-                              kv_len, scale_log2 * (1.0 / LOG2_E), b_half, True, False)  # fmt: skip
-            self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
-        else:
             self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window, kv_len,
                               scale_log2, b_half, True, True)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
@@ -1493,8 +1329,8 @@ class RelAttnFwdSm90:
             q_box = qa
             if const_expr(self.box_tokens > 1):
                 q_box = qa - (r // self.group) % self.box_tokens
-            # element c's distance qa - n0 - c, from the row's slice start (d0, less its shift)
-            base = qa - n0 - self._slice_start(q_box, n0) + self._row_shift(r)
+            # element c's distance qa - n0 - c, from the row's slice start (d0)
+            base = qa - n0 - self._slice_start(q_box, n0)
             if const_expr(masked and self.lean_mask and not no_bias):
                 # outside the band the row of zeros: nothing was staged for this tile
                 r = cutlass.select_(in_band, r, Int32(self.zero_row))
@@ -1530,8 +1366,6 @@ class RelAttnFwdSm90:
                     if const_expr(self.debug_no_masks):
                         acc_S_mn[i, j] = s
                     else:
-                        # (half_edge_tiles: the scores of an unseen half were never written; every
-                        # row, padding rows too, finds them invisible here, so they become -inf)
                         acc_S_mn[i, j] = s if visible else -Float32.inf
                 else:
                     acc_S_mn[i, j] = acc_S_mn[i, j] * scale + bias
@@ -1574,32 +1408,14 @@ class RelAttnFwdSm90:
         return cute.make_tensor(ptr, like.layout)
 
     def _token(self, row, offset):
-        """The request's token of packed row ``row`` (counted from the request's first): ``row // G``;
-        with ``odd_rows_paired`` the rows of each 16 (one warp's) whose first 8 hold odd ``q_abs =
-        offset + token`` (the M tile starts at an even token). At ``G`` 8 the two tokens of each pair
-        are swapped when ``offset`` is even. At ``G`` 4 each 64 rows hold 16 tokens ``b .. b + 15``;
-        the warp ``w`` of them takes ``b + 2w``, ``b + 2w + 1`` and the two 8 tokens on, its first 8
-        rows the odd pair (``t`` and ``t + 8``: rows 0-3 and 4-7), its last 8 the even one; a
-        bijection of each 64 rows' tokens. Integer work only, so the tests call it with ints."""
+        """The request's token of packed row ``row`` (counted from the request's first): ``row // G``,
+        with ``odd_rows_paired`` the two tokens of each pair swapped when ``offset`` is even (the
+        M tile starts at an even token, 16 a tile at ``G`` 8), so the first of each 16 rows has
+        an odd ``q_abs = offset + token``. Integer work only, so the tests call it with ints."""
         tok = row // self.group
-        if const_expr(self.odd_rows_paired and self.group == 4):
-            # in bits (row >= 0): token bits 4.. = row bits 6.., bit 3 = row bit 2 (the 8 on), bits
-            # 1-2 = row bits 4-5 (the warp), bit 0 = row bit 3 (the 8 rows) made odd-first
-            tok = ((row >> 2) & ~15) | ((row << 1) & 8) | ((row >> 3) & 6) | (((row >> 3) & 1) ^ ((offset + 1) & 1))
-        elif const_expr(self.odd_rows_paired):
+        if const_expr(self.odd_rows_paired):
             tok = tok ^ ((offset + 1) & 1)
         return tok
-
-    def _row_shift(self, r):
-        """Distances the staged slice of tile row ``r`` starts below :meth:`_slice_start`: with
-        ``odd_rows_paired`` at ``G`` 4, 8 for the rows of a warp's second token of a parity (rows
-        4-7 of each 8), so that its values lie 4 words along the row from where its partner's do
-        (``t`` and ``t + 8`` have the same offset from their slice starts): with rows 144
-        distances (72 words) apart, a warp's 8 rows of a parity then read 32 distinct banks.
-        Else 0."""
-        if const_expr(self.odd_rows_paired and self.group == 4):
-            return (r << 1) & CHUNK  # row bit 2, as 8
-        return 0
 
     @cute.jit
     def _chunk_at(self, mX: cute.Tensor, tQcQ, m: cutlass.Constexpr, m_block, q_start, q_head0, offset):
@@ -1644,37 +1460,19 @@ class RelAttnFwdSm90:
         return biased
 
     @cute.jit
-    def _gemm(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr, keep=None,
-              k_half: cutlass.Constexpr = None):  # fmt: skip
+    def _gemm(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr, keep=None):
         """acc (+)= A B over the K blocks as one warpgroup MMA batch, committed, not waited for;
-        with ``keep`` (a runtime flag) the first K block accumulates onto ``acc`` where it is true;
-        with ``k_half`` (0 or 1) over that half of the K blocks only (``half_edge_tiles``' PV)."""
+        with ``keep`` (a runtime flag) the first K block accumulates onto ``acc`` where it is true."""
         warpgroup.fence()
         atom = cute.make_mma_atom(tiled_mma.op)
         if const_expr(keep is None):
             atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
         else:
             atom.set(warpgroup.Field.ACCUMULATE, keep)
-        blocks = cute.size(tA.shape[2])
-        first, last = (0, blocks) if const_expr(k_half is None) else (k_half * blocks // 2, (k_half + 1) * blocks // 2)
-        for k in cutlass.range_constexpr(first, last):
+        for k in cutlass.range_constexpr(cute.size(tA.shape[2])):
             cute.gemm(atom, acc, tA[None, None, k], tB[None, None, k], acc)
             atom.set(warpgroup.Field.ACCUMULATE, True)
         warpgroup.commit_group()
-
-    @cute.jit
-    def _gemm_half(self, tiled_mma_half, acc, half_qk, stage, upper: cutlass.Constexpr = False):
-        """``half_edge_tiles``' diagonal tile: S = Q K^T over K's rows 0-63 of ``stage`` only (one
-        m64n64 batch), into ``acc``'s first 32 registers, those of columns 0-63; with ``upper``
-        over rows 64-127 into the last 32, those of columns 64-127 (the diagonal's upper half
-        when a row sees it, ``half_edge_qk``'s window edge). The others are not written. Never in
-        the main loop (there ptxas serialized every wgmma: C7511): the diagonal's before it, the
-        edge's in the one-trip loop after it."""
-        tQ, tK_lower, tK_upper, half_shape = half_qk
-        part = cute.make_tensor(acc.iterator + (cute.size(half_shape) if const_expr(upper) else 0),
-                                cute.make_layout(half_shape))  # fmt: skip
-        tK = tK_upper if const_expr(upper) else tK_lower
-        self._gemm(tiled_mma_half, part, tQ, tK[None, None, None, stage], True)
 
     @cute.jit
     def _softmax_step(self, s_mn, row_max, row_sum, row_scale, scale):

@@ -19,9 +19,9 @@ warp's band tile, the mean over the 16 roundings of ``q_abs``:
   ``t + 2`` (one 8-row box of both from ``t``'s start, rows ``tma_bias_width`` wide for 3 tokens'
   reach), rows ``i = 1`` the other two: not built, modelled to show it gains nothing (the two are
   one word apart);
-- at ``G`` 4, ``odd_rows_paired`` as built (2026-12-04, twelfth day): rows ``i = 0`` hold ``t`` and
-  ``t + 8``, one token a box (144 wide), the second token's box starting 8 distances lower.
-  ``tests/test_cute_compile.py`` checks the same count from the kernel's own formulas.
+- at ``G`` 4, ``odd_rows_paired`` as tried (twelfth day; slower on the GPU, fourteenth day, and
+  removed from the kernel): rows ``i = 0`` hold ``t`` and ``t + 8``, one token a box (144 wide),
+  the second token's box starting 8 distances lower.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def layouts():
         return 0 if r < 8 else 1
 
     yield "parity pairs (model)", 4, width, g4_token, g4_box, (0,), range(1, 16, 2)
-    # G 4, odd_rows_paired: rows 0-3 token 0, 4-7 token 8 (both odd), 8-11 token 1, 12-15 token 9;
+    # G 4, odd_rows_paired as tried: rows 0-3 token 0, 4-7 token 8 (both odd), 8-11 token 1, 12-15 token 9;
     # one token a box (144 wide), the boxes of tokens 8 and 9 starting 8 distances below their
     # slice start, so their values sit 4 words (16 banks' worth of the rows' 8-bank pitch) along
     order8 = (0, 8, 1, 9)
@@ -116,7 +116,7 @@ def layouts():
     def g4p_shift(r):
         return CHUNK * ((r // 4) % 2)
 
-    yield ("odd_rows_paired", 4, tma_bias_width(TILE_N, 4), g4p_token, g4p_token, (0,), range(1, 16, 2),
+    yield ("paired (tried, lost)", 4, tma_bias_width(TILE_N, 4), g4p_token, g4p_token, (0,), range(1, 16, 2),
            g4p_shift)  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """ptxas's verdict on every CuTe build with schedule options changed, without a GPU (lab tool).
 
-    python3 meta/tools/cute_build_matrix.py --set q_in_regs=True [--set ...] [--groups 4,8] [--head-dims 128]
+    python3 meta/tools/cute_build_matrix.py --set bias_tma=False [--set ...] [--groups 4,8] [--head-dims 128]
 
 For each (head_dim, q_per_kv, grid) the backend builds, compiles ``cute_fwd_sm90.compile_fwd``
 with the ``--set`` options over its :func:`schedule` for ``sm_90a``, assembles the PTX with

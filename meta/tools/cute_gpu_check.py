@@ -29,7 +29,7 @@ CHECKS = [
     ("prefill_300_g8_page128", dict(q_lens=[300], kv_lens=[300], num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=128)),
     ("sliding_1300_g4_page128", dict(q_lens=[1300], kv_lens=[1300], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=128)),
     ("chunks_decodes_g8_page64", dict(q_lens=[300, 129, 1], kv_lens=[2000, 700, 1500], num_heads=16, num_kv_heads=2, rel_extent=1024, page_size=64)),
-    # G 4 with requests of both offset parities (odd_rows_paired's row order flips with it), chunks and a decode
+    # G 4 with requests of both offset parities, chunks and a decode
     ("chunks_decodes_g4_page16", dict(q_lens=[300, 129, 1], kv_lens=[2001, 701, 1500], num_heads=8, num_kv_heads=2, rel_extent=512, page_size=16)),
     ("window_wider_than_E_mha", dict(q_lens=[300], kv_lens=[1000], num_heads=8, num_kv_heads=8, rel_extent=64, window_left=200, page_size=128)),
     ("E16_g8_page24_packed", dict(q_lens=[200], kv_lens=[900], num_heads=8, num_kv_heads=1, rel_extent=16, page_size=24, packed_kv=True)),

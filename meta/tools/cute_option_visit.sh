@@ -6,8 +6,7 @@
 # then the conformance suite on the CuTe backend with OPTION added to the device copy's SCHEDULE.
 # (At 30b99b8 it ran VARIANT=rescale8 OPTION=" rescale_threshold=8.0,": TUNING "rescale_threshold".)
 # VARIANT may list several (a,b: timed as default,a,b and a,b,default); PROBE names the variants
-# probed (comma-separated; default VARIANT's), PROBE=none none; OPTION=none skips the conformance run,
-# OPTION=schedule runs it on SCHEDULE as it is (with PAIRED="8, 4": odd_rows_paired built at G 4 too).
+# probed (comma-separated; default VARIANT's), PROBE=none none; OPTION=none skips the conformance run.
 sha=${1:?usage: VARIANT=name OPTION=" key=value," cute_option_visit.sh SHA}
 variant=${VARIANT:?set VARIANT}; option=${OPTION:?set OPTION (none: no conformance run)}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -30,8 +29,8 @@ for key in $(echo "$option" | grep -o '[a-z_0-9]*='); do  # a key SCHEDULE has w
   sed -n '/^SCHEDULE = dict(/,/^)/p' $kernel | grep -q "[ (]$key" && { echo "OPTION's ${key%=} is in SCHEDULE already: change it there"; exit 2; }
 done
 cp $kernel /tmp/cute_fwd_sm90.py.keep
-. meta/tools/schedule_option.sh  # OPTION=schedule: no keyword added (PAIRED alone)
-schedule_option $kernel "$option" "${PAIRED:-}" || exit 2
+. meta/tools/schedule_option.sh
+schedule_option $kernel "$option" || exit 2
 timeout ${CONF_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_conformance.py tests/test_cute_runtime.py -k cute -rfE \
   > "$out/cute_conformance_${probe//,/_}_$sha.log" 2>&1
 echo "== conformance with$option exit $?"; tail -3 "$out/cute_conformance_${probe//,/_}_$sha.log"

@@ -101,20 +101,6 @@ VARIANTS = {
     # G 8 without odd_rows_paired (the build before a2c221e's adoption: 64 16-bit bias loads a
     # band tile a thread, not 16 32-bit ones and 32 16-bit ones)
     "unpaired": dict(odd_rows_paired=False),
-    # the edge tiles' unseen halves skipped: the diagonal's upper 64 keys or the window edge's
-    # lower 64 when no row of the CTA sees them (m64n64 QK, half the PV k-blocks)
-    "halfedge": dict(half_edge_tiles=True),
-    # halfedge with the window edge's QK halved too (m64n64 on K's rows 64-127), its tile peeled
-    # out of the loop when no row sees its lower half
-    "halfedge_qk": dict(half_edge_tiles=True, half_edge_qk=True),
-    # Q's A fragment held in registers for the walk (wgmma RS for QK): a third less of the QK
-    # GEMMs' shared-memory reads
-    "qregs": dict(q_in_regs=True),
-    # G 4 with odd_rows_paired: a warp's first 8 rows two odd tokens 8 apart, one token a box, the
-    # second's box 8 distances lower (48 wavefronts a warp a band tile, not 96); at G 8 the build
-    "paired4": dict(odd_rows_paired=True, bias_box_rows=0),
-    # the twelfth day's three trials at once (halfedge_qk, qregs, paired4): whether they stack
-    "trials": dict(half_edge_tiles=True, half_edge_qk=True, q_in_regs=True, odd_rows_paired=True, bias_box_rows=0),
     # the build with the masked tiles' select dropped (timing only): the masks' share in the build,
     # as abn_nomask gives it over acc_band_nostage
     "nomask": dict(debug_no_masks=True),

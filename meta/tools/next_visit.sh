@@ -1,26 +1,20 @@
 #!/usr/bin/env bash
-# The next device visit for issue 17 (meta/TUNING.md, "thirteenth day"), one call a step, so that
-# each call's command line is short and the next can follow at once (a warm machine goes back
-# after 30 s idle). Run from the repository root after the two staging calls:
+# A device visit for issue 17, one call a step, so that each call's command line is short and the
+# next can follow at once (a warm machine goes back after 30 s idle). Run from the repository root
+# after the two staging calls:
 #   call 1: carry [".device/part1"]: bash .device/part1/stash.sh
 #   call 2: carry [".device/part2"]: bash .device/part2/install.sh >/tmp/install.log 2>&1; tail -1 /tmp/install.log;
 #           . /tmp/site/env.sh && bash meta/tools/next_visit.sh checks SHA
-#   call 3: . /tmp/site/env.sh && bash meta/tools/next_visit.sh options SHA
-#   call 4: . /tmp/site/env.sh && bash meta/tools/next_visit.sh trial SHA
-#   call 5: . /tmp/site/env.sh && bash meta/tools/next_visit.sh page64 SHA
-# (the fourteenth day's visit: checks, paired4, page64peers)
+#   call 3: . /tmp/site/env.sh && bash meta/tools/next_visit.sh page64 SHA   (or page64peers)
+# (what the earlier visits ran, the trial options' steps since removed among them: meta/TUNING.md,
+# "thirteenth day" and "fourteenth day")
 # Steps:
 #   checks   the GPU tests and the conformance matrix in 8 xdist workers, then the eager host overhead
-#   options  the trial options' probe, then the build and each option (halfedge: its second form, 13th day) timed in both orders
-#            (cute_option_visit.sh; eager medians)
-#   trial    the CuTe conformance with every option in SCHEDULE, then the peers with and without them,
-#            both clocks (cute_trial_peers.sh)
 #   page64   the CuTe backend against Triton at page 64 (for DEFAULT_CASES), eager
-#   paired4  the pairing at G 4 alone: its probe, then against the build in both orders (eager medians)
 #   page64peers  benchmark.py at page 64, cute and Triton with the flash-attn-4 peers, both clocks:
 #            the prefill cases, then the serving batches (for DEFAULT_CASES)
 set -uo pipefail
-step=${1:?usage: next_visit.sh checks|options|trial|page64|paired4|page64peers SHA}
+step=${1:?usage: next_visit.sh checks|page64|page64peers SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -29,27 +23,16 @@ case $step in
   checks)
     WORKERS=8 timeout 460 bash meta/tools/gpu_visit.sh "$sha" tests,conformance
     timeout 90 bash meta/tools/gpu_visit.sh "$sha" host | tail -20 ;;
-  options)
-    VARIANT=halfedge,halfedge_qk,qregs,paired4,trials PROBE=trials OPTION=none BENCH_TIMEOUT=240 \
-      CASES=prefill8k_sliding_page128,prefill8k_sliding_page16,serving_chunk2k_decodes63_sliding_page16,prefill8k_global_page128 \
-      bash meta/tools/cute_option_visit.sh "$sha" ;;
-  trial)
-    OPTION=" half_edge_tiles=True, half_edge_qk=True, q_in_regs=True," PAIRED="8, 4" CONF_TIMEOUT=200 BENCH_TIMEOUT=180 \
-      bash meta/tools/cute_trial_peers.sh "$sha" ;;
   page64)
     timeout 300 python3 meta/tools/cute_ws_bench.py --out "$out" --variants default \
       --cases prefill8k_global_page64,prefill8k_sliding_page64,chunk2k_on16k_x4_page64,serving_chunk2k_decodes63_global_page64,serving_chunk2k_decodes63_sliding_page64 \
       > "$out/page64_$sha.log" 2>&1
     tail -6 "$out/page64_$sha.log" ;;
-  paired4)
-    VARIANT=paired4 OPTION=none BENCH_TIMEOUT=150 \
-      CASES=prefill8k_sliding_page128,prefill8k_sliding_page16,serving_chunk2k_decodes63_sliding_page16,prefill8k_global_page128 \
-      bash meta/tools/cute_option_visit.sh "$sha" ;;
   page64peers)
     common="--git-sha $sha --quick --no-progress --page-sizes 64 --backends cute,triton --peers ours,fa4_scoremod,fa4_nobias --no-host-overhead"
     timeout 280 python3 meta/bench/benchmark.py --out "$out/p64_prefill" $common --cases-filter prefill8k,chunk2k > /dev/null 2>&1
     echo "prefill exit $?"; tail -28 "$out/p64_prefill/bench.log"
     timeout 200 python3 meta/bench/benchmark.py --out "$out/p64_serving" $common --cases meta/bench/serving_cases.json > /dev/null 2>&1
     echo "serving exit $?"; tail -28 "$out/p64_serving/bench.log" ;;
-  *) echo "unknown step $step (checks|options|trial|page64|paired4|page64peers)"; exit 2 ;;
+  *) echo "unknown step $step (checks|page64|page64peers)"; exit 2 ;;
 esac
