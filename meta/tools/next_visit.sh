@@ -13,8 +13,12 @@
 #   page64   the CuTe backend against Triton at page 64 (for DEFAULT_CASES), eager
 #   page64peers  benchmark.py at page 64, cute and Triton with the flash-attn-4 peers, both clocks:
 #            the prefill cases, then the serving batches (for DEFAULT_CASES)
+#   warmup   issue 16's figures at this commit: cold / warm warmup, first call, strict serving
+#   hd64pages  the CuTe backend at head_dim 64 and page 64 against Triton (cute_ws_bench), then
+#            benchmark.py's 8K sliding prefill at pages 16, 64 and 128 in one run, cute and Triton
+#            (is the page-64 gap between the two harnesses the harness or the page size?)
 set -uo pipefail
-step=${1:?usage: next_visit.sh checks|page64|page64peers SHA}
+step=${1:?usage: next_visit.sh checks|page64|page64peers|warmup|hd64pages SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -34,5 +38,15 @@ case $step in
     echo "prefill exit $?"; tail -28 "$out/p64_prefill/bench.log"
     timeout 200 python3 meta/bench/benchmark.py --out "$out/p64_serving" $common --cases meta/bench/serving_cases.json > /dev/null 2>&1
     echo "serving exit $?"; tail -28 "$out/p64_serving/bench.log" ;;
-  *) echo "unknown step $step (checks|page64|page64peers)"; exit 2 ;;
+  warmup)
+    timeout 400 bash meta/tools/gpu_visit.sh "$sha" warmup | tail -8 ;;
+  hd64pages)
+    CUTE_WS_HEAD_DIM=64 timeout 240 python3 meta/tools/cute_ws_bench.py --out "$out/hd64" --variants default \
+      --cases prefill8k_global_page64,prefill8k_sliding_page64,serving_chunk2k_decodes63_global_page64,serving_chunk2k_decodes63_sliding_page64 \
+      > "$out/hd64_page64_$sha.log" 2>&1
+    echo "hd64 exit $?"; tail -6 "$out/hd64_page64_$sha.log"
+    timeout 200 python3 meta/bench/benchmark.py --out "$out/pages" --git-sha "$sha" --quick --no-progress --page-sizes 16,64,128 \
+      --backends cute,triton --peers ours,fa4_nobias --no-host-overhead --cases-filter prefill8k_local > /dev/null 2>&1
+    echo "pages exit $?"; tail -14 "$out/pages/bench.log" ;;
+  *) echo "unknown step $step (checks|page64|page64peers|warmup|hd64pages)"; exit 2 ;;
 esac
