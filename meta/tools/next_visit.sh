@@ -17,8 +17,11 @@
 #   hd64pages  the CuTe backend at head_dim 64 and page 64 against Triton (cute_ws_bench), then
 #            benchmark.py's 8K sliding prefill at pages 16, 64 and 128 in one run, cute and Triton
 #            (is the page-64 gap between the two harnesses the harness or the page size?)
+#   alone    compute-sanitizer memcheck and racecheck on the build (cute_sanitize.sh), then 8K
+#            global prefill against flash-attn-4 without the bias in processes of its own, pages 16
+#            and 128, three times: the target's ratio without the rest of the peer run before it
 set -uo pipefail
-step=${1:?usage: next_visit.sh checks|page64|page64peers|warmup|hd64pages SHA}
+step=${1:?usage: next_visit.sh checks|page64|page64peers|warmup|hd64pages|alone SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -48,5 +51,12 @@ case $step in
     timeout 200 python3 meta/bench/benchmark.py --out "$out/pages" --git-sha "$sha" --quick --no-progress --page-sizes 16,64,128 \
       --backends cute,triton --peers ours,fa4_nobias --no-host-overhead --cases-filter prefill8k_local > /dev/null 2>&1
     echo "pages exit $?"; tail -14 "$out/pages/bench.log" ;;
-  *) echo "unknown step $step (checks|page64|page64peers|warmup|hd64pages)"; exit 2 ;;
+  alone)
+    timeout 240 bash meta/tools/cute_sanitize.sh "$sha" > /dev/null 2>&1; echo "sanitize exit $?"; tail -4 "$out/cute_sanitize_$sha.log"
+    for i in 1 2 3; do
+      timeout 60 python3 meta/bench/benchmark.py --out "$out/alone$i" --git-sha "$sha" --quick --no-progress --page-sizes 16,128 \
+        --backends default --peers ours,fa4_nobias --no-host-overhead --cases-filter prefill8k_global > /dev/null 2>&1
+      echo "alone$i exit $?"; tail -2 "$out/alone$i/bench.log"
+    done ;;
+  *) echo "unknown step $step (checks|page64|page64peers|warmup|hd64pages|alone)"; exit 2 ;;
 esac
