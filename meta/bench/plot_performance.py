@@ -5,7 +5,7 @@ Run from the repository root (no GPU, no network; needs matplotlib, the ``[bench
     python meta/bench/plot_performance.py [--records FILE ...] [--out-dir docs/img] [--git-sha SHA]
 
 It reads ``--records`` (default: meta/bench/bench_records_archive.jsonl.gz, the records up to
-2026-12-04, then meta/bench/bench_records.jsonl) and takes, for every (case, page size, peer), the
+2026-12-05 00:00 UTC, then meta/bench/bench_records.jsonl) and takes, for every (case, page size, peer), the
 record with the newest ``timestamp`` (only records of ``--git-sha`` when given) and writes these
 PNGs to ``--out-dir``:
 
