@@ -70,8 +70,8 @@ def _guards(tensors: tuple):
 class Entry(NamedTuple):
     """One call signature's validated problem, chosen backend and plan, the backend's prepared
     launch (None: the call goes through ``backend.run``), and the byte extents of q, key_cache,
-    value_cache, rel_logits and out (fixed by the shapes and strides the guards check), for the
-    per-call check that out overlaps none of them."""
+    value_cache, rel_logits, out, block_table, cache_seqlens and cu_seqlens_q (fixed by the shapes
+    and strides the guards check), for the per-call check that out overlaps none of the others."""
 
     guards: object
     problem: RelAttnProblem
@@ -106,7 +106,9 @@ def _new_entry(lookup, tensors, max_seqlen_q, softmax_scale, window_size, causal
     layout = layout_of(args, out) if q.is_cuda else STANDARD_LAYOUT
     backend, plan = dispatch.plan_call(problem, q.device, requested, layout)
     prepared = backend.prepare(plan, problem, args, out) if problem.num_tokens and problem.num_reqs else None
-    extents = tuple(byte_extent(t) for t in (q, key_cache, value_cache, rel_logits, out))
+    extents = tuple(
+        byte_extent(t) for t in (q, key_cache, value_cache, rel_logits, out, block_table, cache_seqlens, cu_seqlens_q)
+    )
     entry = Entry(_guards(tensors), problem, backend, plan, prepared, extents)
     if lookup is not None:
         if _count >= MAX_ENTRIES:
@@ -155,6 +157,8 @@ def run_out(
         lookup = pointers = None
 
     if entry is None:
+        if lookup is not None and torch.is_grad_enabled():  # before a compile: fail at once
+            check_inference_only(q, key_cache, value_cache, rel_logits, out)
         entry = _new_entry(lookup, tensors, max_seqlen_q, softmax_scale, window_size, causal, num_splits, requested)
         if pointers is None:
             pointers = tuple([t.data_ptr() for t in tensors])
@@ -167,13 +171,21 @@ def run_out(
     if problem.num_tokens == 0 or problem.num_reqs == 0:
         return
     # out apart from what the kernels read (a few comparisons; the extents come with the entry)
-    p0, p1, p2, _, _, _, p6, p7 = pointers
-    e_q, e_k, e_v, e_rel, e_out = entry.extents
+    p0, p1, p2, p3, p4, p5, p6, p7 = pointers
+    e_q, e_k, e_v, e_rel, e_out, e_table, e_lens, e_cu = entry.extents
     end = p7 + e_out
-    if (p0 < end and p7 < p0 + e_q) or (p6 < end and p7 < p6 + e_rel) or (p1 < end and p7 < p1 + e_k) or (
-        p2 < end and p7 < p2 + e_v
-    ):
-        error = out_overlap_error(out, dict(q=q, key_cache=key_cache, value_cache=value_cache, rel_logits=rel_logits))
+    if (
+        (p0 < end and p7 < p0 + e_q) or (p6 < end and p7 < p6 + e_rel) or (p1 < end and p7 < p1 + e_k)
+        or (p2 < end and p7 < p2 + e_v) or (p3 < end and p7 < p3 + e_table) or (p4 < end and p7 < p4 + e_lens)
+        or (p5 < end and p7 < p5 + e_cu)
+    ):  # fmt: skip
+        error = out_overlap_error(
+            out,
+            dict(
+                q=q, key_cache=key_cache, value_cache=value_cache, rel_logits=rel_logits, block_table=block_table,
+                cache_seqlens=cache_seqlens, cu_seqlens_q=cu_seqlens_q,
+            ),
+        )  # fmt: skip
         if error is not None:  # (None: q interleaved with out in one buffer, no element shared)
             raise error
     device = q.get_device()  # -1 on the CPU

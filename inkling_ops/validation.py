@@ -243,6 +243,11 @@ def check_call(
             raise _fail("out", f"on device {out.device}", f"the device of q ({device})")
         if out.stride(2) != 1:
             raise _fail("out", f"a tensor with last-dim stride {out.stride(2)}", "a contiguous last dimension (stride 1)")
+        if out.numel() > 1 and not _strides_nest(tuple(out.shape), out.stride()):
+            raise _fail(
+                "out", f"a view whose elements share memory (shape {_shape(out)}, strides {tuple(out.stride())})",
+                "an out in which each element has its own memory (e.g. not an expanded tensor)",
+            )
 
     return RelAttnProblem(
         num_tokens=num_tokens,
@@ -296,6 +301,21 @@ def _share_an_element(a: torch.Tensor, b: torch.Tensor) -> bool:
     if rem:
         return True  # not element-aligned to each other: judged by ranges
     return _offset_reachable(tuple(a.shape), a.stride(), delta)
+
+
+def _strides_nest(shape: tuple, strides: tuple) -> bool:
+    """Whether each stride (over the dimensions longer than 1, smallest first) passes everything
+    the smaller ones reach, so no two elements share an address. False for expanded (stride 0) and
+    overlapping views, and for the rare layouts that interleave without overlapping. True when a
+    size or stride is symbolic (a traced call: the real call checks its concrete ones)."""
+    if not all(type(x) is int for x in (*shape, *strides)):
+        return True
+    reach = 0
+    for s, n in sorted((s, n) for s, n in zip(strides, shape) if n > 1):
+        if s <= reach:
+            return False
+        reach += (n - 1) * s
+    return True
 
 
 @functools.lru_cache(maxsize=256)  # a buffer's views keep one offset call after call

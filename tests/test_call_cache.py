@@ -243,6 +243,52 @@ def test_an_out_that_overlaps_an_input_is_refused_on_every_call():
         _call(case, rel_logits=rel, out=buf2[n_rel - 1 :].view(t, h, d))
 
 
+def test_an_out_that_overlaps_an_index_tensor_is_refused():
+    """The kernels read block_table, cache_seqlens and cu_seqlens_q while others write ``out``:
+    an ``out`` carved from the same workspace as one of them is refused by name, on the first call
+    and on a cached repeat, and nothing is written."""
+    case = make_case(q_lens=[3, 2], kv_lens=[9, 6])
+    t, h, d = case.q.shape
+    nbytes = t * h * d * case.q.element_size()
+    for name in ("cu_seqlens_q", "cache_seqlens", "block_table"):
+        index = getattr(case, name)
+        buf = torch.zeros(nbytes + 4 * index.numel(), dtype=torch.uint8)  # one byte workspace
+        shared = buf[nbytes - 4 :].view(torch.int32)[: index.numel()].view(index.shape)  # holds out's last bytes
+        shared.copy_(index)
+        out = buf[:nbytes].view(case.q.dtype).view(t, h, d)
+        before = buf.clone()
+        for _ in range(2):
+            with pytest.raises(ValueError, match=f"out overlaps {name} in memory"):
+                _call(case, **{name: shared}, out=out)
+        assert torch.equal(buf, before)  # nothing written
+
+
+def test_an_out_whose_elements_share_memory_is_refused():
+    """An expanded ``out`` (stride 0), or one whose heads overlap, would be written by many
+    programs at once: refused by name before any launch. A padded, non-contiguous ``out`` whose
+    elements are apart is fine."""
+    case = make_case(q_lens=[3, 2], kv_lens=[9, 6])
+    t, h, d = case.q.shape
+    want = _call(case)
+    expanded = torch.zeros(1, h, d, dtype=case.q.dtype).expand(t, h, d)
+    heads_overlap = torch.zeros(t * h * d, dtype=case.q.dtype).as_strided((t, h, d), (h * d // 2, d // 2, 1))
+    for out in (expanded, heads_overlap):
+        with pytest.raises(ValueError, match="out.*share memory"):
+            _call(case, out=out)
+    padded = torch.zeros(t, h + 1, d, dtype=case.q.dtype)[:, :h]
+    torch.testing.assert_close(_call(case, out=padded), want, rtol=0, atol=0)
+
+
+def test_a_call_that_needs_grad_fails_before_any_compile(monkeypatch):
+    """The inference-only error comes before a new signature is validated, planned and compiled
+    (a first call with a q that requires grad would otherwise compile for seconds, or raise the
+    strict mode's error instead)."""
+    case = make_case(q_lens=[4], kv_lens=[7])
+    monkeypatch.setattr(call_cache, "_new_entry", lambda *a: pytest.fail("compiled before the grad check"))
+    with pytest.raises(RuntimeError, match="inference-only"):
+        _call(case, q=case.q.clone().requires_grad_(True))
+
+
 def test_byte_extent_counts_strides():
     x = torch.zeros(4, 6, dtype=torch.bfloat16)
     assert validation.byte_extent(x) == 48

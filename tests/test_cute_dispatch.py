@@ -147,6 +147,22 @@ def test_cute_prepared_call_passes_what_run_passes(monkeypatch):
         assert backend.prepare(plan, problem, args, out) is None  # CPU tensors: no prepared launch
 
 
+def test_cute_grid_bound_is_the_token_count_at_most(monkeypatch):
+    """The kernel's max_seqlen_q (an int32, times q_per_kv for the dense grid) is the call's bound
+    capped at the token count: a loose but legal bound (2**29 + 1 here, 2**31 - 1) neither
+    overflows the grid nor changes it, through run and the prepared call alike."""
+    backend = planning.get_backend("cute")
+    for loose in (2**29 + 1, 2**31 - 1):
+        case, args, out, problem, plan = _bound_calls(([3, 1], [40, 20]), window_size=(-1, 0))
+        problem = problem._replace(max_seqlen_q=loose)
+        calls = []
+        monkeypatch.setitem(backend._by_key, plan.key, lambda *a: calls.append(a))
+        backend.run(plan, problem, args, out)
+        backend._prepare(plan, problem, args, out)(args, tuple(t.data_ptr() for t in (*args, out)), out)
+        assert [c[-1] for c in calls] == [4, 4]  # 4 tokens
+    assert cute_backend._grid_seqlen_q(problem._replace(max_seqlen_q=2)) == 2
+
+
 def test_cute_prepare_leaves_copies_and_refusals_to_run(monkeypatch):
     backend = planning.get_backend("cute")
     case, args, out, problem, plan = _bound_calls(([2], [30]))
