@@ -17,6 +17,12 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _tracing = torch._C._get_tracing_state  # torch.jit.trace
 
 
+def _default_scale(q: torch.Tensor) -> float:
+    """1 / head_dim, Inkling's scale; 1.0 for a q that is not (T, Hq, D) with D > 0, which the
+    validation then refuses by name (rather than an IndexError or ZeroDivisionError here)."""
+    return 1.0 / q.shape[-1] if q.dim() == 3 and q.shape[-1] > 0 else 1.0
+
+
 def _direct_call_allowed() -> bool:
     """Whether an eager call may skip the torch dispatcher and call the op's implementation
     (``library``'s CPU / CUDA function, which both go through :mod:`inkling_ops.call_cache`):
@@ -70,7 +76,7 @@ def rel_attn(
     ``softmax(scale * q @ K.T + bias(d) + mask(d)) @ V`` with K, V repeated G times over heads.
     """
     if softmax_scale is None and type(q) is _Tensor:
-        softmax_scale = 1.0 / q.shape[-1]
+        softmax_scale = _default_scale(q)
     if (
         type(q) is _Tensor and type(key_cache) is _Tensor and type(value_cache) is _Tensor
         and type(block_table) is _Tensor and type(cache_seqlens) is _Tensor and type(cu_seqlens_q) is _Tensor
@@ -89,7 +95,7 @@ def rel_attn(
     args = (q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
     check_kinds(args, out, max_seqlen_q, softmax_scale, window_size, num_splits, backend)
     if softmax_scale is None:
-        softmax_scale = 1.0 / q.shape[-1]
+        softmax_scale = _default_scale(q)
     options = dict(
         max_seqlen_q=max_seqlen_q,
         softmax_scale=softmax_scale,

@@ -142,6 +142,8 @@ def run_out(
         align = (p0 | p1 | p2 | p3 | p4 | p5 | p6 | p7) & 15 and (
             p0 & 15, p1 & 15, p2 & 15, p3 & 15, p4 & 15, p5 & 15, p6 & 15, p7 & 15
         )
+        if type(window_size) is not tuple and type(window_size) is not list:
+            raise TypeError  # (an iterator or a mapping would unpack here: the checks refuse it)
         left, right = window_size
         # the scalars' types too: 1, 1.0 and True hash alike, and validation refuses some of them
         lookup = (

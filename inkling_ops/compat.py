@@ -72,6 +72,10 @@ def inkling_fa4_rel_attention(
     """
     if causal is not True:
         raise ValueError(f"inkling_fa4_rel_attention: argument 'causal' is {causal!r}; expected True")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise TypeError(f"inkling_fa4_rel_attention: argument 'num_splits' must be an int >= 0, got {num_splits!r}")
+    if isinstance(rel_extent, bool) or not isinstance(rel_extent, int):
+        raise TypeError(f"inkling_fa4_rel_attention: argument 'rel_extent' must be an int, got {rel_extent!r}")
     if isinstance(rel_logits, torch.Tensor) and rel_logits.dim() == 3 and rel_logits.shape[-1] != rel_extent:
         raise ValueError(
             f"inkling_fa4_rel_attention: argument 'rel_extent' is {rel_extent}; expected "

@@ -63,6 +63,13 @@ class RelAttnProblem(NamedTuple):
         return self.num_heads // self.num_kv_heads
 
     @property
+    def grid_seqlen_q(self) -> int:
+        """The query-length bound the kernels' grids are sized by: ``max_seqlen_q``, but at most
+        the token count, which no request's rows exceed. The same grid for any bound that holds,
+        and no grid past CUDA's limits (or an int32 overflow) for a loose one (2**29 and up)."""
+        return min(self.max_seqlen_q, self.num_tokens)
+
+    @property
     def kv_capacity(self) -> int:
         """Static upper bound on any request's KV length: what its block-table row can address."""
         return self.max_blocks_per_seq * self.page_size

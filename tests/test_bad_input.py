@@ -110,7 +110,9 @@ def _call_op_functional(a: dict):
 
 def _call_compat(a: dict):
     a = dict(a)
-    a.pop("num_splits")
+    a.pop("num_splits")  # the op's; vLLM's own (accepted and ignored) goes in as compat_num_splits
+    if "compat_num_splits" in a:
+        a["num_splits"] = a.pop("compat_num_splits")
     a.setdefault("causal", True)
     a.setdefault("rel_extent", a["rel_logits"].shape[-1] if isinstance(a["rel_logits"], torch.Tensor) else 16)
     q, k, v = a.pop("q"), a.pop("key_cache"), a.pop("value_cache")
@@ -344,6 +346,9 @@ BAD_COMPAT_CALLS = [
     Bad("softmax_scale_zero", _set(softmax_scale=0.0), ValueError, r"'softmax_scale'"),
     Bad("block_table_int64", _map("block_table", lambda t: t.long()), ValueError, r"'block_table'"),
     Bad("out_dtype", _map("out", lambda t: t.half()), ValueError, r"'out'"),
+    Bad("num_splits_negative", _set(compat_num_splits=-5), TypeError, r"'num_splits'"),
+    Bad("num_splits_str", _set(compat_num_splits="x"), TypeError, r"'num_splits'"),
+    Bad("rel_extent_float", _set(rel_extent=16.0), TypeError, r"'rel_extent'"),
 ]
 
 

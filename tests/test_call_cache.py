@@ -333,3 +333,46 @@ def test_q_and_out_interleaved_in_one_buffer_but_apart_are_allowed():
         torch.testing.assert_close(_call(case, q=q, out=out), want, rtol=0, atol=0)
     with pytest.raises(ValueError, match="out overlaps q in memory"):
         _call(case, q=q, out=buf.as_strided((t, h, d), q.stride(), storage_offset=d))  # q shifted by one head
+
+
+def test_the_triton_backend_sizes_its_grid_by_the_token_count_at_most(monkeypatch):
+    """A loose but legal max_seqlen_q (vLLM passes bucketed bounds; 2**40 here) reaches Triton's
+    grid capped at the token count: no launch past CUDA's grid limits after validation passed."""
+    pytest.importorskip("triton")
+    from inkling_ops.backends import triton_backend
+
+    case = make_case(q_lens=[3, 2], kv_lens=[9, 6])
+    seen = []
+    monkeypatch.setattr(triton_backend, "run_triton", lambda *a, **kw: seen.append(kw["max_seqlen_q"]))
+    _call(case, max_seqlen_q=2**40, backend="triton")
+    assert seen == [5]  # 5 tokens
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        (dict(max_seqlen_q=2**63), ValueError, "max_seqlen_q"),
+        (dict(num_splits=2**63), ValueError, "num_splits"),
+        (dict(window_size=(2**63, 0)), ValueError, "window_size"),
+        (dict(window_size=iter((7, 0))), TypeError, "window_size"),
+        (dict(window_size={7: "x", 0: "y"}), TypeError, "window_size"),
+    ],
+)
+def test_scalars_the_schema_cannot_hold_are_refused_by_name_even_after_a_good_call(change, error, match):
+    """Ints past 64 bits, and a window that is not a pair (an iterator or a dict would unpack in
+    the lookup), get the checks' errors, also when a good call of the same shapes is cached."""
+    case = make_case(q_lens=[3], kv_lens=[8], window_left=7)
+    _call(case)  # (7, 0): cached
+    with pytest.raises(error, match=match):
+        _call(case, **change)
+
+
+def test_the_default_scale_leaves_a_bad_q_to_the_checks():
+    """With softmax_scale left out, a q that is not (T, Hq, D) with D > 0 gets the checks' error
+    naming q, not an IndexError or ZeroDivisionError from computing 1 / D."""
+    case = make_case(q_lens=[2], kv_lens=[4])
+    args = case.kwargs()
+    args.pop("softmax_scale", None)
+    for q in (torch.tensor(1.0), torch.zeros(2, case.q.shape[1], 0)):
+        with pytest.raises((ValueError, TypeError), match="'q'"):
+            inkling_ops.rel_attn(q, case.key_cache, case.value_cache, **args)

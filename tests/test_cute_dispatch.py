@@ -160,7 +160,7 @@ def test_cute_grid_bound_is_the_token_count_at_most(monkeypatch):
         backend.run(plan, problem, args, out)
         backend._prepare(plan, problem, args, out)(args, tuple(t.data_ptr() for t in (*args, out)), out)
         assert [c[-1] for c in calls] == [4, 4]  # 4 tokens
-    assert cute_backend._grid_seqlen_q(problem._replace(max_seqlen_q=2)) == 2
+    assert problem._replace(max_seqlen_q=2).grid_seqlen_q == 2
 
 
 def test_cute_prepare_leaves_copies_and_refusals_to_run(monkeypatch):

@@ -45,13 +45,6 @@ def kernel_window(window_left: int) -> int:
     return NO_WINDOW if window_left < 0 else min(window_left, NO_WINDOW)
 
 
-def _grid_seqlen_q(problem: RelAttnProblem) -> int:
-    """The kernel's ``max_seqlen_q`` argument (an int32 it multiplies by q_per_kv for the dense
-    grid): the call's bound, but at most the token count, which no request's rows exceed. The
-    same grid for any bound that holds, and no int32 overflow for a loose one (2**29 and up)."""
-    return min(problem.max_seqlen_q, problem.num_tokens)
-
-
 #: the arches the kernel is compiled for
 HOPPER_ARCHES = ("sm_90", "sm_90a")
 
@@ -277,7 +270,7 @@ class CuteBackend(Backend):
         if not all(_fits(t, leading=t.dim() - 1) for t in (k, v, out)):
             return None
         fn = self._run_function(plan.key, problem)
-        scale, max_q = problem.softmax_scale, _grid_seqlen_q(problem)
+        scale, max_q = problem.softmax_scale, problem.grid_seqlen_q
         window = kernel_window(problem.window_left)
 
         def prepared(args: RelAttnArgs, pointers: tuple, out: torch.Tensor) -> None:
@@ -303,4 +296,4 @@ class CuteBackend(Backend):
         if not _fits(rel, leading=2):
             rel = rel.clone(memory_format=torch.contiguous_format)
         window = kernel_window(problem.window_left)
-        fn(q, k, v, out, table, seqlens, cu, rel, problem.softmax_scale, window, _grid_seqlen_q(problem))
+        fn(q, k, v, out, table, seqlens, cu, rel, problem.softmax_scale, window, problem.grid_seqlen_q)

@@ -256,7 +256,7 @@ class TritonBackend(Backend):
         if key.num_splits > 1:
             counts = 0
             if triton_configs.merges_splits(key.num_splits):
-                counts = _row_blocks(config, key.q_per_kv, problem.max_seqlen_q) * problem.num_reqs * key.num_kv_heads
+                counts = _row_blocks(config, key.q_per_kv, problem.grid_seqlen_q) * problem.num_reqs * key.num_kv_heads
             return config, 4 * key.num_splits * rows * (problem.head_dim + 1) + 4 * counts
         if config.plain is not None and (key.window_left < 0 or key.window_left >= key.rel_extent):
             return config, 4 * rows
@@ -276,7 +276,7 @@ class TritonBackend(Backend):
         from ..kernels.triton_launch import BoundLaunch
 
         num_tokens, num_heads, head_dim = problem.num_tokens, problem.num_heads, problem.head_dim
-        common = dict(max_seqlen_q=problem.max_seqlen_q, num_reqs=problem.num_reqs)
+        common = dict(max_seqlen_q=problem.grid_seqlen_q, num_reqs=problem.num_reqs)
         splits = key.num_splits
 
         def bound_fwd(launcher, fwd_pass: int) -> BoundLaunch:
@@ -317,13 +317,13 @@ class TritonBackend(Backend):
             run_triton(
                 args, out,
                 softmax_scale=problem.softmax_scale, window_left=problem.window_left,
-                max_seqlen_q=problem.max_seqlen_q, num_splits=key.num_splits, config=config, launchers=launchers,
+                max_seqlen_q=problem.grid_seqlen_q, num_splits=key.num_splits, config=config, launchers=launchers,
             )  # fmt: skip
             return
         run_triton(
             args, out,
             softmax_scale=problem.softmax_scale, window_left=problem.window_left,
-            max_seqlen_q=problem.max_seqlen_q, num_splits=plan.num_splits, config=plan.launch,
+            max_seqlen_q=problem.grid_seqlen_q, num_splits=plan.num_splits, config=plan.launch,
         )  # fmt: skip
 
 
