@@ -307,31 +307,36 @@ def _share_an_element(a: torch.Tensor, b: torch.Tensor) -> bool:
     return _offset_reachable(tuple(a.shape), a.stride(), delta)
 
 
+def _nested_dims(shape: tuple, strides: tuple) -> tuple[list, list] | None:
+    """The dimensions longer than 1 as ``(stride, size)``, smallest stride first, and ``reach``
+    (``reach[k]``: the largest offset ``dims[:k]`` span), when each stride passes everything the
+    smaller ones reach (so no two elements share an address); None when they do not nest (an
+    expanded or overlapping view, or one of the rare layouts that interleave without overlapping)."""
+    dims = sorted((s, n) for s, n in zip(strides, shape) if n > 1)
+    reach = [0]
+    for s, n in dims:
+        if s <= reach[-1]:
+            return None
+        reach.append(reach[-1] + (n - 1) * s)
+    return dims, reach
+
+
 def _strides_nest(shape: tuple, strides: tuple) -> bool:
-    """Whether each stride (over the dimensions longer than 1, smallest first) passes everything
-    the smaller ones reach, so no two elements share an address. False for expanded (stride 0) and
-    overlapping views, and for the rare layouts that interleave without overlapping. True when a
-    size or stride is symbolic (a traced call: the real call checks its concrete ones)."""
+    """Whether ``strides`` nest (:func:`_nested_dims`): no two elements share an address. True when
+    a size or stride is symbolic (a traced call: the real call checks its concrete ones)."""
     if not all(type(x) is int for x in (*shape, *strides)):
         return True
-    reach = 0
-    for s, n in sorted((s, n) for s, n in zip(strides, shape) if n > 1):
-        if s <= reach:
-            return False
-        reach += (n - 1) * s
-    return True
+    return _nested_dims(shape, strides) is not None
 
 
 @functools.lru_cache(maxsize=256)  # a buffer's views keep one offset call after call
 def _offset_reachable(shape: tuple, strides: tuple, delta: int) -> bool:
     """Whether ``delta`` (elements) is ``sum((i_k - j_k) * strides[k])`` with ``|i_k - j_k| <
     shape[k]``: two views of this shape and strides, ``delta`` apart, share an element."""
-    dims = sorted((s, n) for s, n in zip(strides, shape) if n > 1)
-    reach = [0]  # reach[k]: the largest offset dims[:k] span
-    for s, n in dims:
-        if s <= reach[-1]:
-            return True  # strides that do not nest (an expanded or overlapping layout)
-        reach.append(reach[-1] + (n - 1) * s)
+    nested = _nested_dims(shape, strides)
+    if nested is None:
+        return True  # strides that do not nest (an expanded or overlapping layout)
+    dims, reach = nested
 
     def fits(rest: int, k: int) -> bool:
         if k == 0:

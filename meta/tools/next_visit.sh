@@ -13,7 +13,6 @@
 #   page64   the CuTe backend against Triton at page 64 (for DEFAULT_CASES), eager
 #   page64peers  benchmark.py at page 64, cute and Triton with the flash-attn-4 peers, both clocks:
 #            the prefill cases, then the serving batches (for DEFAULT_CASES)
-#   warmup   issue 16's figures at this commit: cold / warm warmup, first call, strict serving
 #   hd64pages  the CuTe backend at head_dim 64 and page 64 against Triton (cute_ws_bench), then
 #            benchmark.py's 8K sliding prefill at pages 16, 64 and 128 in one run, cute and Triton
 #            (is the page-64 gap between the two harnesses the harness or the page size?)
@@ -21,7 +20,7 @@
 #            global prefill against flash-attn-4 without the bias in processes of its own, pages 16
 #            and 128, three times: the target's ratio without the rest of the peer run before it
 set -uo pipefail
-step=${1:?usage: next_visit.sh checks|page64|page64peers|warmup|hd64pages|alone SHA}
+step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -41,8 +40,6 @@ case $step in
     echo "prefill exit $?"; tail -28 "$out/p64_prefill/bench.log"
     timeout 200 python3 meta/bench/benchmark.py --out "$out/p64_serving" $common --cases meta/bench/serving_cases.json > /dev/null 2>&1
     echo "serving exit $?"; tail -28 "$out/p64_serving/bench.log" ;;
-  warmup)
-    timeout 400 bash meta/tools/gpu_visit.sh "$sha" warmup | tail -8 ;;
   hd64pages)
     CUTE_WS_HEAD_DIM=64 timeout 240 python3 meta/tools/cute_ws_bench.py --out "$out/hd64" --variants default \
       --cases prefill8k_global_page64,prefill8k_sliding_page64,serving_chunk2k_decodes63_global_page64,serving_chunk2k_decodes63_sliding_page64 \
@@ -58,5 +55,5 @@ case $step in
         --backends default --peers ours,fa4_nobias --no-host-overhead --cases-filter prefill8k_global > /dev/null 2>&1
       echo "alone$i exit $?"; tail -2 "$out/alone$i/bench.log"
     done ;;
-  *) echo "unknown step $step (checks|page64|page64peers|warmup|hd64pages|alone)"; exit 2 ;;
+  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone)"; exit 2 ;;
 esac
