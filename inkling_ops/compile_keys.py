@@ -129,19 +129,25 @@ def layout_of(args, out: torch.Tensor) -> KVLayout:
     """The :class:`KVLayout` of one call's tensors (``args``: a ``RelAttnArgs``), from their
     strides, first dimension and data pointers (host metadata only).
 
-    Aligned: the eight tensors' data pointers are multiples of 16 bytes and the strides the
-    Triton kernels specialise (q, out, K and V: every stride but the last) multiples of 16.
+    Aligned: the eight tensors' data pointers are multiples of 16 bytes, the strides the
+    Triton kernels specialise (q, out, K and V: every stride but the last) multiples of 16,
+    ``rel_logits``' token and head strides multiples of 8 (16 bytes, what the CuTe kernel's bias
+    copies need) and the last dimensions of q and ``rel_logits`` contiguous. A call that is not
+    aligned runs Triton's unhinted variant by default; the CuTe backend would copy q or
+    ``rel_logits`` on every such call, so it is not chosen for it (``why_not_default``).
     """
     q, k, v, table, seqlens, cu, rel = args  # RelAttnArgs order
-    ks, vs, qs, os_ = k.stride(), v.stride(), q.stride(), out.stride()
+    ks, vs, qs, os_, rs = k.stride(), v.stride(), q.stride(), out.stride(), rel.stride()
     block, slot = ks[0], ks[1]
     same = block == vs[0] and slot == vs[1]
     row_i32 = same and slot > 0 and block % slot == 0 and k.size(0) * (block // slot) < 2**31
     bits = (
         q.data_ptr() | k.data_ptr() | v.data_ptr() | rel.data_ptr() | table.data_ptr() | seqlens.data_ptr()
         | cu.data_ptr() | out.data_ptr() | qs[0] | qs[1] | block | slot | ks[2] | vs[0] | vs[1] | vs[2] | os_[0] | os_[1]
+        | (rs[0] | rs[1]) << 1
     )  # fmt: skip
-    return _new_layout(KVLayout, (same, row_i32, slot, not bits & 15))  # KVLayout(...), without its Python __new__
+    aligned = not bits & 15 and qs[2] == 1 and rs[2] == 1
+    return _new_layout(KVLayout, (same, row_i32, slot, aligned))  # KVLayout(...), without its Python __new__
 
 
 _new_layout = tuple.__new__

@@ -102,13 +102,20 @@ def test_vllm_packed_kv_views_are_the_standard_layout():
         (lambda c: dict(block_table=_offset(c.block_table)), "aligned"),
         # q rows padded by 8 elements (a view of a wider buffer): a token stride no multiple of 16
         (lambda c: dict(q=_wide_rows(c.q, 8)), "aligned"),
+        # rel_logits rows padded by 4 distances: a head stride no multiple of 8 (the CuTe kernel's
+        # bias copies would need a copy of rel_logits on every call)
+        (lambda c: dict(rel_logits=_padded_last(c.rel_logits, 4)), "aligned"),
+        (lambda c: dict(rel_logits=_every_other(c.rel_logits)), "aligned"),  # last dim strided
         # V laid out otherwise than K: another block stride
         # (K and V then take separate 64-bit offsets: no int32 rows, no shift)
         (lambda c: dict(value_cache=_padded_blocks(c.value_cache)), "kv_same_strides kv_row_i32 kv_slot_shift"),
         # slot stride 3 * 32 (a padded head axis): not a power of two, no shift
         (lambda c: dict(key_cache=_padded_heads(c.key_cache), value_cache=_padded_heads(c.value_cache)), "kv_slot_shift"),
     ],
-    ids=["q-misaligned", "rel-misaligned", "table-misaligned", "q-row-stride-136", "v-other-layout", "slot-stride-96"],
+    ids=[
+        "q-misaligned", "rel-misaligned", "table-misaligned", "q-row-stride-136", "rel-head-stride-pad4",
+        "rel-last-dim-strided", "v-other-layout", "slot-stride-96",
+    ],
 )
 def test_the_key_changes_with_every_specialised_layout_fact(change, field):
     import dataclasses
@@ -126,6 +133,22 @@ def _wide_rows(q: torch.Tensor, pad: int) -> torch.Tensor:
     buf = torch.zeros(tokens, heads * dim + pad, dtype=q.dtype)
     view = buf[:, : heads * dim].unflatten(1, (heads, dim))
     view.copy_(q)
+    return view
+
+
+def _padded_last(t: torch.Tensor, pad: int) -> torch.Tensor:
+    """``t`` as a view of a buffer whose last dimension is ``pad`` elements longer."""
+    buf = torch.zeros(*t.shape[:-1], t.shape[-1] + pad, dtype=t.dtype)
+    view = buf[..., : t.shape[-1]]
+    view.copy_(t)
+    return view
+
+
+def _every_other(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a view of every other element of a buffer twice as long in its last dimension."""
+    buf = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+    view = buf[..., ::2]
+    view.copy_(t)
     return view
 
 

@@ -98,6 +98,28 @@ def test_cute_dispatcher_follows_the_rule(monkeypatch):
     assert planning.plan(_problem(page=48), H200).backend == "cute"
 
 
+def test_cute_is_not_chosen_for_tensors_it_would_copy_on_every_call(monkeypatch):
+    """A rel_logits view whose head stride is no multiple of 8 (rows padded by 4 distances), or
+    whose last dimension is strided, would be copied by the CuTe backend on every call: the
+    layout says not aligned and the default choice is Triton, without a warning."""
+    from inkling_ops.compile_keys import STANDARD_LAYOUT, layout_of
+
+    _cute_on(monkeypatch, ("prefill", 16, "global"))
+    case = make_case([4, 1], [40, 17], num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=64, dtype=torch.bfloat16)
+    rel = case.rel_logits
+    padded = torch.zeros(*rel.shape[:-1], rel.shape[-1] + 4, dtype=rel.dtype)[..., : rel.shape[-1]]
+    strided = torch.zeros(*rel.shape[:-1], 2 * rel.shape[-1], dtype=rel.dtype)[..., ::2]
+    args = lambda r: RelAttnArgs(case.q, case.key_cache, case.value_cache, case.block_table, case.cache_seqlens, case.cu_seqlens_q, r)  # noqa: E731
+    out = torch.empty_like(case.q)
+    assert layout_of(args(rel), out) == STANDARD_LAYOUT._replace(slot_stride=128)
+    for r in (padded, strided):
+        layout = layout_of(args(r), out)
+        assert not layout.aligned
+        backend, skipped = planning.select_backend(_problem(), H200, None, layout)
+        assert backend.name == "triton" and skipped == []
+    assert planning.select_backend(_problem(), H200, None, layout_of(args(rel), out))[0].name == "cute"
+
+
 def test_cute_warmup_of_a_mixed_choice_compiles_each_key_on_its_backend(monkeypatch):
     """With prefill on CuTe and decode on Triton, the dispatcher's keys name both backends and
     warmup(backend=None) hands each key to its own backend."""
