@@ -1,0 +1,118 @@
+"""Why the CuTe backend's CUDA-graph clock reads slower than its eager clock at page 128.
+
+In the peer runs (``meta/bench/benchmark.py``) ours replayed reads 5-11% slower than eagerly on
+4 x 2K chunks over 16K at page 128 (H200 at 6bc0891, H100 at 497896f), about 2.5% on 8K global
+page 128, and under 1% at page 16, while flash-attn-4's two clocks agree. This probe times, in
+one process and for each case and page: the benchmark's graph clock, then its eager clock, then
+the graph clock again (so order is not the difference), the graph clock with the L2 flushed by a
+read instead of a write, and the kernels themselves by CUPTI (``torch.profiler``) in both modes:
+if the kernel runs as long replayed as eagerly, the gap is outside the kernel.
+
+    python3 meta/tools/graph_gap_probe.py [--cases chunk2k_on16k_x4,prefill8k_global] [--pages 16,128] [--peers ours,fa4_nobias]
+
+Prints one block per case, page and peer (ms); needs a CUDA device (flash-attn-4 for its peer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import benchmark as bm  # noqa: E402
+
+
+def kernel_times(fn, *, graph: bool, flush, reps: int, device) -> dict[str, tuple[float, int]]:
+    """(median CUPTI duration in ms, count) per kernel name over ``reps`` calls (or replays of a
+    graph of one call), each after ``flush``; the flush's own kernels are left out."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if graph:
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        run = g.replay
+    else:
+        run = fn
+    for _ in range(3):
+        flush()
+        run()
+    torch.cuda.synchronize(device)
+
+    def kernels(body) -> list:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            body()
+            torch.cuda.synchronize(device)
+        return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+    flush_names = {e.name for e in kernels(flush)}  # the flush's own kernels, left out below
+
+    def calls():
+        for _ in range(reps):
+            flush()
+            run()
+
+    durations: dict[str, list[float]] = {}
+    for event in kernels(calls):
+        if event.name not in flush_names:
+            durations.setdefault(event.name[:70], []).append(event.device_time / 1e3)
+    return {name: (statistics.median(ts), len(ts)) for name, ts in durations.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default="chunk2k_on16k_x4,prefill8k_global")
+    parser.add_argument("--pages", default="16,128")
+    parser.add_argument("--peers", default="ours,fa4_nobias")
+    parser.add_argument("--reps", type=int, default=20, help="profiled calls per mode")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda")
+    cases = {c.name: c for c in map(bm.case_from_dict, bm.EMBEDDED_CASES)}
+    cfg = bm.TimingConfig(warmup_ms=25, rep_ms=100, graph_reps=100)
+    read_cfg = dataclasses.replace(cfg, l2_flush="read")
+    flush = bm.l2_flusher("zero", device)
+    peers = bm.make_peers(args.peers.split(","), [None], 0, "compiled")
+    print(torch.cuda.get_device_name(device), "torch", torch.__version__, flush=True)
+    for name in args.cases.split(","):
+        case = cases[name]
+        inputs = bm.make_inputs(case, device, seed=0)
+        for page in map(int, args.pages.split(",")):
+            paged = bm.make_paged(inputs, page)
+            for peer in peers:
+                try:
+                    prepared = peer.prepare(inputs, paged, None)
+                except bm.Unavailable as exc:
+                    print(f"{name} p{page} {peer.name}: unavailable ({exc})")
+                    continue
+                g1 = bm.time_cuda_graph(prepared.fn, cfg, device)
+                e = bm.time_do_bench(prepared.fn, cfg)
+                g2 = bm.time_cuda_graph(prepared.fn, cfg, device)
+                gr = bm.time_cuda_graph(prepared.fn, read_cfg, device)
+                ke = kernel_times(prepared.fn, graph=False, flush=flush, reps=args.reps, device=device)
+                kg = kernel_times(prepared.fn, graph=True, flush=flush, reps=args.reps, device=device)
+                print(
+                    f"{name} p{page} {peer.name} ({prepared.note}): graph {g1:.4f}, eager {e:.4f}, graph again {g2:.4f}, "
+                    f"graph read-flush {gr:.4f}",
+                    flush=True,
+                )
+                for kname in sorted(set(ke) | set(kg)):
+                    (te, ne), (tg, ng) = ke.get(kname, (float("nan"), 0)), kg.get(kname, (float("nan"), 0))
+                    print(f"    kernel {kname}: eager {te:.4f} ms x{ne}, replayed {tg:.4f} ms x{ng}")
+            del paged
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
