@@ -464,6 +464,7 @@ def test_warmup_runs_a_call_for_a_backend_that_cannot_compile_from_a_key(monkeyp
     backend = RunToCompile()
     monkeypatch.setattr(planning, "_BACKENDS", [backend, *planning._BACKENDS])
     monkeypatch.setattr(dispatch, "_PLANS", {})
+    monkeypatch.setattr(strict, "_warmed", {})
     config = ServingConfig(**(TINY | dict(max_model_len=64)), dtype=torch.float32)
     summary = warmup(config, device="cpu", progress=False)
     assert summary.backend == "run-to-compile" and summary.launched == len(summary.keys) == len(backend.runs) > 1

@@ -101,6 +101,7 @@ def test_warmup_compiles_without_running_a_call(monkeypatch):
     """Warmup asks the backend to compile each key (the reference has nothing to compile) and
     launches nothing."""
     monkeypatch.setattr(torch.ops.inkling, "rel_attn_out", lambda *a, **k: pytest.fail("warmup ran a call"))
+    monkeypatch.setattr(strict, "_warmed", {})
     summary = warmup(TINY, device="cpu", progress=False)
     facts = inkling_ops.device_facts(torch.device("cpu"))
     assert set(summary.keys) == enumerate_compile_keys(TINY, facts=facts, backend="reference", policy=None)

@@ -324,8 +324,7 @@ def test_cute_every_build_keeps_the_wgmma_pipeline(head_dim, group, compact_grid
     from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=head_dim, q_per_kv=group, compact_grid=compact_grid)
-    if not _assert_ptxas_clean(_variant_ptx(config), tmp_path):
-        pytest.skip("no ptxas that reads the DSL's PTX")
+    _assert_ptxas_clean(_variant_ptx(config), tmp_path)
 
 
 @pytest.mark.slow
@@ -440,7 +439,6 @@ def test_cute_compile_odd_rows_paired(tmp_path):
     # four band bodies (the first tile's and the loop's, masked and not) of 64 loads each
     assert len(re.findall(b16, unpaired)) == 256 and len(re.findall(b16, paired)) == 128
     assert len(re.findall(pair, unpaired)) == 0 and len(re.findall(pair, paired)) == 64
-    _assert_ptxas_clean(paired, tmp_path)
     with pytest.raises(ValueError, match="odd_rows_paired needs one token a bias box"):
         cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "bias_box_rows": 16})
     # the row order is for G 8 alone: the build leaves it out elsewhere, the kernel refuses it
@@ -451,6 +449,7 @@ def test_cute_compile_odd_rows_paired(tmp_path):
             cute_fwd_sm90.RelAttnFwdSm90(other, **{**cute_fwd_sm90.schedule(other), "odd_rows_paired": True})
         with pytest.raises(ValueError, match=f"odd_rows_paired needs q_per_kv 8 .*; it is {group}"):
             _variant_ptx(other, odd_rows_paired=True)
+    _assert_ptxas_clean(paired, tmp_path)
 
 
 def _bias_load_wavefronts(kernel, offset: int, m_block: int, n0: int) -> list[int]:
@@ -550,7 +549,6 @@ def test_cute_compile_bias_box_rows(tmp_path):
     assert "1152" in box_bytes(one_token_boxes) and "2176" not in box_bytes(one_token_boxes)  # 4 x 144 x 2
     assert "2176" in box_bytes(boxed) and "1152" not in box_bytes(boxed)  # 8 rows x 136 x 2 bytes
     assert len(re.findall(b16, boxed)) == len(re.findall(b16, one_token_boxes)) >= 128
-    _assert_ptxas_clean(boxed, tmp_path)
     assert "2304" in box_bytes(ptx_of(1))  # 8 rows x 144 x 2 bytes
     assert ptx_of(8, bias_box_rows=0) == ptx_of(8)
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
@@ -561,6 +559,7 @@ def test_cute_compile_bias_box_rows(tmp_path):
     for bad in (True, 8.0):
         with pytest.raises(TypeError, match="bias_box_rows is"):
             cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "bias_box_rows": bad})
+    _assert_ptxas_clean(boxed, tmp_path)
 
 
 def test_cute_bias_tma_needs_group_dividing_32(monkeypatch):
@@ -600,28 +599,41 @@ def test_cute_compile_bias_tma(group, width, rows, tmp_path):
     _assert_ptxas_clean(ptx, tmp_path)
 
 
-def _assert_ptxas_clean(ptx: str, tmp_path) -> bool:
-    """Assemble ``ptx`` with ptxas and fail on any spill of any function; True when checked, False
-    without ptxas or with a ptxas older than the PTX's version (the H200 image's ptxas exited 255
-    on the DSL's PTX at 52b85a0, ``meta/logs/gpu_cute_52b85a0.log``; an older ptxas refuses a
-    newer ``.version`` that way). Any other ptxas error fails the test, and so does its warning
-    that it serialized the wgmmas (C7511: too few registers for the wgmma pipeline, every GEMM
-    then waited on)."""
-    if shutil.which("ptxas") is None:
-        return False
+def _ptxas() -> str | None:
+    """ptxas on PATH, else the one Triton ships (``triton/backends/nvidia/bin/ptxas``), else None."""
+    found = shutil.which("ptxas")
+    if found is not None:
+        return found
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    return bundled if os.access(bundled, os.X_OK) else None
+
+
+def _assert_ptxas_clean(ptx: str, tmp_path) -> None:
+    """Assemble ``ptx`` with ptxas (:func:`_ptxas`) and fail on any spill of any function. Skips
+    the test without ptxas or with a ptxas older than the PTX's version (the H200 image's ptxas
+    exited 255 on the DSL's PTX at 52b85a0, ``meta/logs/gpu_cute_52b85a0.log``; an older ptxas
+    refuses a newer ``.version`` that way): callers call it after their other checks. Any other
+    ptxas error fails the test, and so does its warning that it serialized the wgmmas (C7511: too
+    few registers for the wgmma pipeline, every GEMM then waited on)."""
+    ptxas = _ptxas()
+    if ptxas is None:
+        pytest.skip("no ptxas (neither on PATH nor Triton's): the PTX checks ran, the ptxas check did not")
     (tmp_path / "kernel.ptx").write_text(ptx)
     result = subprocess.run(
-        ["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "kernel.ptx"), "-o", str(tmp_path / "kernel.cubin")],
+        [ptxas, "-arch=sm_90a", "-v", str(tmp_path / "kernel.ptx"), "-o", str(tmp_path / "kernel.cubin")],
         capture_output=True, text=True,
     )  # fmt: skip
     if result.returncode and "Unsupported .version" in result.stderr:
-        return False
+        pytest.skip(f"{ptxas} is older than the DSL's PTX: the PTX checks ran, the ptxas check did not")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "wgmma.mma_async instructions are serialized" not in result.stderr, result.stderr[-2000:]
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.stderr)
     assert spills, result.stderr
     assert all(a == "0" and b == "0" for a, b in spills), spills
-    return True
 
 
 def test_cute_compile_tma_kv(tmp_path):
@@ -647,7 +659,7 @@ def test_cute_compile_tma_kv(tmp_path):
     assert len(re.findall(r"mov\.b32\s+%r\d+, 127;\s+mbarrier\.arrive\.shared\.b64", ptx)) == 3
     # K's and V's descriptors, and the bias box's with bias_tma (in SCHEDULE since its A/B)
     assert ptx.count("prefetch.tensormap") == 2 + cute_fwd_sm90.schedule(config)["bias_tma"]
-    _assert_ptxas_clean(ptx, tmp_path)  # False without ptxas: the PTX checks above still ran
+    _assert_ptxas_clean(ptx, tmp_path)
 
 
 def test_cute_shared_memory_fits_hopper():

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from cute_device import why_no_cute_device
-from inkling_ops import planning
+from inkling_ops import planning, strict
 from inkling_ops.backends import cute_backend
 from inkling_ops.compile_keys import DeviceFacts
 from inkling_ops.problem import RelAttnArgs, RelAttnProblem
@@ -134,6 +134,7 @@ def test_cute_warmup_of_a_mixed_choice_compiles_each_key_on_its_backend(monkeypa
     compiled = []
     for name in ("cute", "triton"):
         monkeypatch.setattr(planning.get_backend(name), "compile", lambda key: compiled.append(key) or [])
+    monkeypatch.setattr(strict, "_warmed", {})
     summary = warmup(config, facts=H200, progress=False)
     assert summary.backend == "cute+triton" and sorted(compiled) == sorted(keys) == list(summary.keys)
 

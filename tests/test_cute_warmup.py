@@ -28,10 +28,9 @@ import torch
 pytest.importorskip("cutlass.cute")
 pytest.importorskip("tvm_ffi")
 
-from inkling_ops import kernel_cache, planning  # noqa: E402
+from inkling_ops import kernel_cache, planning, strict  # noqa: E402
 from inkling_ops.backends import cute_backend  # noqa: E402
 from inkling_ops.compile_keys import DeviceFacts  # noqa: E402
-from inkling_ops.kernels import cute_fwd_sm90  # noqa: E402
 from inkling_ops.serving import ServingConfig, enumerate_compile_keys, problem_for  # noqa: E402
 from inkling_ops.warmup import warmup  # noqa: E402
 
@@ -42,18 +41,17 @@ INKLING_TP8 = {
     "global": ServingConfig(num_heads=8, num_kv_heads=1, rel_extent=1024, **LIMITS),
     "sliding": ServingConfig(num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, **LIMITS),
 }
-#: the kernel says whether it loads with TMA (``cp.async.bulk.tensor``); until then, cp.async
-USES_TMA = getattr(cute_fwd_sm90, "USES_TMA", False)
 
 
 @pytest.fixture
 def fresh_cute(monkeypatch, tmp_path):
-    """The registered cute backend with empty in-memory tables, a store under ``tmp_path``, and
-    the DSL keeping PTX (the user's CUTE_DSL_KEEP plus ``ptx``, in the user's CUTE_DSL_DUMP_DIR
-    when set). Yields (backend, dump directory)."""
+    """The registered cute backend with empty in-memory tables (and strict mode's record of warmed
+    keys), a store under ``tmp_path``, and the DSL keeping PTX (the user's CUTE_DSL_KEEP plus
+    ``ptx``, in the user's CUTE_DSL_DUMP_DIR when set). Yields (backend, dump directory)."""
     backend = planning.get_backend("cute")
     for name in ("_by_key", "_by_config", "_stores"):
         monkeypatch.setattr(backend, name, {})
+    monkeypatch.setattr(strict, "_warmed", {})
     monkeypatch.setenv("INKLING_OPS_CACHE_DIR", str(tmp_path / "store"))
     tokens = [t for t in os.environ.get("CUTE_DSL_KEEP", "").split(",") if t.strip()]
     monkeypatch.setenv("CUTE_DSL_KEEP", ",".join(tokens + ["ptx"]))
@@ -71,12 +69,10 @@ def _ptx_written_since(dump: Path, since: float) -> list[str]:
 def _check_ptx(ptx: str) -> None:
     assert ".target sm_90a" in ptx
     assert "wgmma.mma_async" in ptx
-    if USES_TMA:
-        assert "cp.async.bulk.tensor" in ptx
-    else:
-        # TODO(issue 17, item 1): once the kernel loads with TMA (cute_fwd_sm90.USES_TMA = True),
-        # the branch above checks the bulk tensor copies
-        assert re.search(r"cp\.async\.cg\.shared\.global", ptx)
+    # K and V load with TMA (SCHEDULE's tma_kv); the tile that holds kv_len
+    # is still gathered with cp.async
+    assert "cp.async.bulk.tensor" in ptx
+    assert re.search(r"cp\.async\.cg\.shared\.global", ptx)
 
 
 def test_cute_enumeration_yields_only_keys_the_backend_accepts():

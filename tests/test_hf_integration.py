@@ -152,7 +152,7 @@ def test_padding_with_holes_is_refused(model):
     ids, mask = left_padded_batch((10, 10), 10)
     mask[1, 4] = 0
     model.set_attn_implementation("inkling_ops")
-    with torch.no_grad(), pytest.raises(ValueError, match="attention_mask"):
+    with torch.no_grad(), pytest.raises(ValueError, match="padding between real tokens"):
         model(input_ids=ids, attention_mask=mask)
 
 

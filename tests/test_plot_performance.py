@@ -116,8 +116,10 @@ def test_main_reads_an_archive_then_the_live_file(tmp_path, capsys):
     assert plot_performance.read_records(archive) == old
     assert plot_performance.main(["--records", str(archive), str(live), "--out-dir", str(tmp_path / "split")]) == 0
     assert plot_performance.main(["--records", str(both), "--out-dir", str(tmp_path / "one")]) == 0
-    for png in (tmp_path / "one").iterdir():
-        assert (tmp_path / "split" / png.name).read_bytes() == png.read_bytes(), png.name
+    names = sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert names and names == sorted(p.name for p in (tmp_path / "split").iterdir())
+    for name in names:
+        assert (tmp_path / "split" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
     assert "aaaaaaa" not in capsys.readouterr().out
 
 

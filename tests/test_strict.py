@@ -34,9 +34,10 @@ def test_strict_compiles_restores_the_previous_setting():
         strict.set_strict(1)
 
 
-def test_check_compile_names_the_key_and_the_configuration_field():
+def test_check_compile_names_the_key_and_the_configuration_field(monkeypatch):
     warmed = compile_key(inkling_ops.problem_for(GLOBAL, num_tokens=64, num_reqs=64, max_seqlen_q=1),
                          arch="sm_90a", backend="demo", splits=4)  # fmt: skip
+    monkeypatch.setattr(strict, "_warmed", {})
     strict.note_warmed("demo", [warmed])
     missing = compile_key(inkling_ops.problem_for(GLOBAL, num_tokens=64, num_reqs=64, max_seqlen_q=1),
                           arch="sm_90a", backend="demo", splits=8)  # fmt: skip

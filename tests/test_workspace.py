@@ -202,18 +202,31 @@ def test_a_forked_child_starts_without_the_parents_allocator(clean):
     assert workspace._ALLOCATOR is not None
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: report, then grow a buffer with a fresh allocator
-        ok = workspace._ALLOCATOR is None and not workspace._BUFFERS
-        ok = ok and workspace.fp32_workspace(100, CPU, stream=6).numel() >= 100
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
+    if pid == 0:  # the child: report, then grow a buffer with a fresh allocator; never return to pytest
+        code = 0
+        try:
+            ok = workspace._ALLOCATOR is None and not workspace._BUFFERS
+            ok = ok and workspace.fp32_workspace(100, CPU, stream=6).numel() >= 100
+            os.write(write, b"1" if ok else b"0")
+        except BaseException as e:  # the parent's assertion shows what the child raised
+            code = 1
+            os.write(write, f"the child raised {type(e).__name__}: {e}".encode()[:4000])
+        finally:
+            os._exit(code)
     import select
     import signal
 
     os.close(write)
     ready, _, _ = select.select([read], [], [], 60)
-    answer = os.read(read, 1) if ready else b""
+    answer = os.read(read, 4096) if ready else b""
+    os.close(read)
     if not ready:
         os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    assert answer == b"1", "the child did not answer within 60 s" if not ready else "the child kept the parent's allocator"
+    if not ready:
+        reason = "the child did not answer within 60 s"
+    elif answer == b"0":
+        reason = "the child kept the parent's allocator"
+    else:
+        reason = answer.decode(errors="replace")
+    assert answer == b"1", reason
