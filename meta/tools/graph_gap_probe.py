@@ -70,12 +70,64 @@ def kernel_times(fn, *, graph: bool, flush, reps: int, device) -> dict[str, tupl
     return {name: (statistics.median(ts), len(ts)) for name, ts in durations.items()}
 
 
+def smi() -> str:
+    import subprocess
+
+    query = "--query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
+    done = subprocess.run(["nvidia-smi", query, "--format=csv,noheader"], capture_output=True, text=True)
+    return done.stdout.strip() or done.stderr.strip()[:80]
+
+
+def idle_replays(fn, cfg, device, idle_ms: float = 5.0) -> float:
+    """Median event-timed replay (ms) of a graph of one ``fn`` call, the L2 flushed before each and
+    the GPU idle ``idle_ms`` before each flush (the host sleeps with the queue empty)."""
+    import time
+
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    flush = bm.l2_flusher("zero", device)
+    times = []
+    for _ in range(cfg.graph_reps // 2):
+        torch.cuda.synchronize(device)
+        time.sleep(idle_ms / 1e3)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush()
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def rounds(name, page, peer, fn, cfg, device, count: int) -> None:
+    for i in range(count):
+        g = bm.time_cuda_graph(fn, cfg, device)
+        after_g = smi()
+        e = bm.time_do_bench(fn, cfg)
+        after_e = smi()
+        idle = idle_replays(fn, cfg, device)
+        print(f"{name} p{page} {peer} round {i}: graph {g:.4f} [{after_g}], eager {e:.4f} [{after_e}], idle-replayed {idle:.4f}", flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="chunk2k_on16k_x4,prefill8k_global")
     parser.add_argument("--pages", default="16,128")
     parser.add_argument("--peers", default="ours,fa4_nobias")
     parser.add_argument("--reps", type=int, default=20, help="profiled calls per mode")
+    parser.add_argument(
+        "--rounds", type=int, default=0,
+        help="instead of the above: ROUNDS rounds of graph, eager, and graph with the GPU idle 5 ms before each "
+        "replay, each followed by the SM clock and the clock-event reasons nvidia-smi reads then",
+    )
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     cases = {c.name: c for c in map(bm.case_from_dict, bm.EMBEDDED_CASES)}
@@ -94,6 +146,9 @@ def main(argv=None) -> int:
                     prepared = peer.prepare(inputs, paged, None)
                 except bm.Unavailable as exc:
                     print(f"{name} p{page} {peer.name}: unavailable ({exc})")
+                    continue
+                if args.rounds:
+                    rounds(name, page, peer.name, prepared.fn, cfg, device, args.rounds)
                     continue
                 g1 = bm.time_cuda_graph(prepared.fn, cfg, device)
                 e = bm.time_do_bench(prepared.fn, cfg)
