@@ -382,6 +382,50 @@ def test_both_clocks_for_every_case(monkeypatch):
     assert windows == sorted(windows) and windows[0] < windows[1] < windows[3] and all(w.utcoffset() == datetime.timedelta(0) for w in windows)
 
 
+def test_clock_rounds_alternate_the_order_and_take_each_clocks_median(monkeypatch):
+    """``--clock-rounds 3``: eager, graph; graph, eager; eager, graph. Each clock's figure is the
+    median of its three rounds, which the result lists in measurement order."""
+    order = []
+
+    def fake(clock, values):
+        values = iter(values)
+
+        def measure(*args):
+            order.append(clock)
+            time.sleep(0.002)
+            return next(values)
+
+        return measure
+
+    _fake_clocks(monkeypatch, graph=fake("graph", [1.0, 5.0, 3.0]))
+    monkeypatch.setattr(bm, "time_do_bench", fake("eager", [2.0, 9.0, 4.0]))
+    cfg = bm.timing_config(bm.build_parser().parse_args(["--clock-rounds", "3"]))
+    assert cfg.clock_rounds == 3 and bm.timing_config(bm.build_parser().parse_args([])).clock_rounds == 1
+    clocks = bm.time_clocks(bm.Prepared(fn=lambda: None), cfg, torch.device("cuda"))
+    assert order == ["eager", "graph", "graph", "eager", "eager", "graph"]
+    assert (clocks["eager_ms"], clocks["graph_ms"]) == (4.0, 3.0)
+    assert clocks["eager_rounds"] == [2.0, 9.0, 4.0] and clocks["graph_rounds"] == [1.0, 5.0, 3.0]
+    assert clocks["graph_timing"].endswith("median of 3 rounds, orders alternating")
+    windows = {c: [datetime.datetime.fromisoformat(t) for t in clocks[f"{c}_window"]] for c in ("eager", "graph")}
+    assert windows["eager"][0] < windows["graph"][0] and windows["graph"][1] > windows["eager"][0]
+    for bad in ("0", "-2", "two"):
+        with pytest.raises(SystemExit):
+            bm.build_parser().parse_args(["--clock-rounds", bad])
+
+
+def test_clock_rounds_stop_timing_a_graph_that_failed_to_capture(monkeypatch):
+    calls = []
+
+    def broken(fn, cfg, device):
+        calls.append("graph")
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    _fake_clocks(monkeypatch, graph=broken)
+    clocks = bm.time_clocks(bm.Prepared(fn=lambda: None), bm.TimingConfig(clock_rounds=4), torch.device("cuda"))
+    assert calls == ["graph"] and clocks["eager_ms"] == 2.0 and clocks["eager_rounds"] == [2.0] * 4
+    assert clocks["graph_ms"] is None and clocks["graph_timing"].startswith("capture failed")
+
+
 def test_a_peer_that_cannot_be_captured_says_so(monkeypatch):
     _fake_clocks(monkeypatch)
     prepared = bm.Prepared(fn=lambda: None, capturable=False, uncapturable_reason="reads metadata on the host")

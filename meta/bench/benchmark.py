@@ -33,6 +33,11 @@ What one run does, per case (anchors.md / bench_cases.json) and page size:
      ``--warmup-ms`` of untimed replays; the host is left out. A peer that cannot be captured (the
      reference backend, a failed capture) says so in place of a time.
 
+   Eager first, then graph; ``--clock-rounds N`` measures them in N rounds of alternating order
+   and records each clock's median over its rounds (and the rounds themselves): on the long
+   cases the GPU's power cap moves back-to-back loops of one call by up to 13%, and a single
+   round's graph loop starts on a GPU its eager loop has heated.
+
    Also records the first-call time (includes compiles) and the device memory one warm call
    allocates beyond its inputs (``torch.cuda.max_memory_allocated`` delta).
 5. Measures eager host overhead per call on a tiny decode (see :func:`measure_host_overhead`).
@@ -854,6 +859,11 @@ class TimingConfig:
     l2_flush: str = "zero"
     #: the clocks measured (a subset of :data:`CLOCKS`; both by default)
     clocks: tuple[str, ...] = CLOCKS
+    #: rounds of the clocks' loops, in alternating order (eager then graph, graph then eager, ...);
+    #: each clock's figure is the median of its rounds. On the long cases the GPU's power cap
+    #: moves back-to-back loops of one call by up to 13%, whichever runs first
+    #: (meta/BENCHMARKS.md, "An H100 on 2026-12-05"); one round, eager first, is the default.
+    clock_rounds: int = 1
 
 
 def synchronize(device: torch.device) -> None:
@@ -958,13 +968,16 @@ def utc_now(timespec: str = "milliseconds") -> str:
 
 def time_clocks(prepared: Prepared, cfg: TimingConfig, device: torch.device) -> dict:
     """Both clocks of one prepared peer: ``{eager,graph}_ms`` (None where not measured),
-    ``{eager,graph}_timing`` and ``{eager,graph}_window``.
+    ``{eager,graph}_timing`` and ``{eager,graph}_window``, and with ``cfg.clock_rounds`` > 1
+    ``{eager,graph}_rounds`` (each round's figure, in measurement order).
 
     ``*_timing`` names the method, or says why there is no time: ``n/a (cpu)`` for the graph
     clock on CPU, ``not capturable: ...`` for a peer that synchronizes with the host, ``capture
     failed: ...``, ``not measured (--clocks)``. ``*_window`` is ``[start, end]`` (:func:`utc_now`)
     of that clock's whole measurement, warmup and capture included, or None where none ran: what
     ``meta/tools/smi_clocks.py`` joins with an nvidia-smi log to give each measurement its SM clock.
+    With several rounds a clock's window spans its first round's start to its last round's end,
+    and its figure is the median of its rounds; the rounds alternate which clock goes first.
     """
     result: dict = {}
     for clock in CLOCKS:
@@ -976,24 +989,41 @@ def time_clocks(prepared: Prepared, cfg: TimingConfig, device: torch.device) -> 
             result["eager_window"] = [start, utc_now()]
         result["graph_timing"] = "n/a (cpu)"
         return result
-    if "eager" in cfg.clocks:
-        start = utc_now()
-        result["eager_ms"] = time_do_bench(prepared.fn, cfg)
-        result["eager_window"] = [start, utc_now()]
-        result["eager_timing"] = f"triton do_bench median (L2 flushed), warmup={cfg.warmup_ms}ms rep={cfg.rep_ms}ms"
-    if "graph" in cfg.clocks:
-        if not prepared.capturable:
-            result["graph_timing"] = f"not capturable: {prepared.uncapturable_reason or 'host-synchronizing peer'}"
-            return result
-        start = utc_now()
-        try:
-            result["graph_ms"] = time_cuda_graph(prepared.fn, cfg, device)
-            flushed = "L2 flushed" if cfg.l2_flush == "zero" else f"L2 flushed by {cfg.l2_flush}"
-            result["graph_timing"] = f"CUDA graph replay median of {cfg.graph_reps} after {cfg.warmup_ms} ms of warmup replays ({flushed})"
-        except RuntimeError as exc:
-            synchronize(device)  # raises again if the context is broken: the run stops there
-            result["graph_timing"] = f"capture failed: {first_line(exc)}"
-        result["graph_window"] = [start, utc_now()]
+    rounds = max(1, cfg.clock_rounds)
+    measured: dict[str, list[float]] = {clock: [] for clock in CLOCKS}
+    methods = dict(
+        eager=f"triton do_bench median (L2 flushed), warmup={cfg.warmup_ms}ms rep={cfg.rep_ms}ms",
+        graph=f"CUDA graph replay median of {cfg.graph_reps} after {cfg.warmup_ms} ms of warmup replays "
+        f"({'L2 flushed' if cfg.l2_flush == 'zero' else f'L2 flushed by {cfg.l2_flush}'})",
+    )
+    graph_ok = "graph" in cfg.clocks
+    if graph_ok and not prepared.capturable:
+        result["graph_timing"] = f"not capturable: {prepared.uncapturable_reason or 'host-synchronizing peer'}"
+        graph_ok = False
+    for r in range(rounds):
+        for clock in (CLOCKS if r % 2 == 0 else CLOCKS[::-1]):
+            if clock not in cfg.clocks or (clock == "graph" and not graph_ok):
+                continue
+            start = utc_now()
+            try:
+                ms = time_do_bench(prepared.fn, cfg) if clock == "eager" else time_cuda_graph(prepared.fn, cfg, device)
+            except RuntimeError as exc:
+                if clock == "eager":
+                    raise
+                synchronize(device)  # raises again if the context is broken: the run stops there
+                result["graph_timing"] = f"capture failed: {first_line(exc)}"
+                graph_ok = False
+                ms = None
+            window = result[f"{clock}_window"]
+            result[f"{clock}_window"] = [start if window is None else window[0], utc_now()]
+            if ms is not None:
+                measured[clock].append(ms)
+    for clock in CLOCKS:
+        if measured[clock]:
+            result[f"{clock}_ms"] = statistics.median(measured[clock])
+            result[f"{clock}_timing"] = methods[clock] + ("" if rounds == 1 else f"; median of {rounds} rounds, orders alternating")
+            if rounds > 1:
+                result[f"{clock}_rounds"] = measured[clock]
     return result
 
 
@@ -1553,6 +1583,16 @@ def parse_clocks(text: str) -> tuple[str, ...]:
     return clocks
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", metavar="PATH", help="JSON case file (default: ../shared/bench_cases.json if present, else the embedded 7 cases)")
@@ -1569,6 +1609,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-ms", type=int, default=None, help="do_bench warmup (default 25, --quick 5)")
     p.add_argument("--rep-ms", type=int, default=None, help="do_bench rep (default 100, --quick 25)")
     p.add_argument("--clocks", default=",".join(CLOCKS), help="comma-separated clocks to measure for every case and peer: eager (do_bench, launches included), graph (CUDA-graph replay); default both")
+    p.add_argument("--clock-rounds", type=_positive_int, default=1, help="measure the clocks in N rounds of alternating order (eager then graph, then graph then eager, ...) and record each clock's median over its rounds (default 1: eager, then graph); long cases run under the GPU's power cap, which moves back-to-back loops by up to 13%%")
     p.add_argument("--l2-flush", default="zero", choices=L2_FLUSHES, help="how CUDA-graph replays flush the L2: zero (default; a 256 MB zero_, as do_bench, leaving dirty lines) or read (a read of it, leaving clean lines)")
     p.add_argument("--flex-mode", default="auto", choices=("auto", "compile", "eager"), help="FlexAttention compiled or eager (auto: compiled on CUDA)")
     p.add_argument("--no-host-overhead", action="store_true", help="skip the eager host-overhead measurement")
@@ -1622,6 +1663,7 @@ def timing_config(args: argparse.Namespace) -> TimingConfig:
         host_calls=100 if quick else 500,
         l2_flush=args.l2_flush,
         clocks=parse_clocks(args.clocks),
+        clock_rounds=args.clock_rounds,
     )
 
 

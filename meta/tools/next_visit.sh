@@ -19,8 +19,11 @@
 #   alone    compute-sanitizer memcheck and racecheck on the build (cute_sanitize.sh), then 8K
 #            global prefill against flash-attn-4 without the bias in processes of its own, pages 16
 #            and 128, three times: the target's ratio without the rest of the peer run before it
+#   rounds   the prefill cases and the chunks against flash-attn-4 without the bias and with vLLM's score_mod,
+#            both clocks in three rounds of alternating order (--clock-rounds 3): the targets'
+#            ratios with the power cap's drift between loops split evenly between the clocks
 set -uo pipefail
-step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone SHA}
+step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone|rounds SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -55,5 +58,9 @@ case $step in
         --backends default --peers ours,fa4_nobias --no-host-overhead --cases-filter prefill8k_global > /dev/null 2>&1
       echo "alone$i exit $?"; tail -2 "$out/alone$i/bench.log"
     done ;;
-  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone)"; exit 2 ;;
+  rounds)
+    timeout 500 python3 meta/bench/benchmark.py --out "$out/rounds" --git-sha "$sha" --quick --no-progress --clock-rounds 3 \
+      --backends default --peers ours,fa4_nobias,fa4_scoremod --no-host-overhead --cases-filter prefill,chunk > /dev/null 2>&1
+    echo "rounds exit $?"; tail -10 "$out/rounds/bench.log" ;;
+  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds)"; exit 2 ;;
 esac
