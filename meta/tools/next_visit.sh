@@ -21,7 +21,8 @@
 #            and 128, three times: the target's ratio without the rest of the peer run before it
 #   rounds   the prefill cases and the chunks against flash-attn-4 without the bias and with vLLM's score_mod,
 #            both clocks in three rounds of alternating order (--clock-rounds 3): the targets'
-#            ratios with the power cap's drift between loops split evenly between the clocks
+#            ratios with the power cap's drift between loops split evenly between the clocks, then
+#            each target met or missed by how much (meta/tools/targets.py)
 set -uo pipefail
 step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone|rounds SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
@@ -61,6 +62,7 @@ case $step in
   rounds)
     timeout 500 python3 meta/bench/benchmark.py --out "$out/rounds" --git-sha "$sha" --quick --no-progress --clock-rounds 3 \
       --backends default --peers ours,fa4_nobias,fa4_scoremod --no-host-overhead --cases-filter prefill,chunk > /dev/null 2>&1
-    echo "rounds exit $?"; tail -10 "$out/rounds/bench.log" ;;
+    echo "rounds exit $?"; tail -10 "$out/rounds/bench.log"
+    python3 meta/tools/targets.py "$out/rounds/bench_records.jsonl" ;;
   *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds)"; exit 2 ;;
 esac
