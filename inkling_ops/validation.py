@@ -50,10 +50,14 @@ def _check_index_tensor(arg: str, t: object, ndim: int, device: torch.device) ->
     return t
 
 
+#: the first int past the op schema's 64-bit ints
+_INT64_END = 2**63
+
+
 def _check_int_kind(arg: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
         raise TypeError(f"{OP_NAME}: argument '{arg}' must be an int, got {type(value).__name__}")
-    if type(value) is int and not -(2**63) <= value < 2**63:
+    if type(value) is int and not -_INT64_END <= value < _INT64_END:
         raise _fail(arg, value, "an int that fits in 64 bits (the op's schema)")
 
 
@@ -76,7 +80,7 @@ def normalize_window(window_size: object) -> int:
         raise TypeError(f"{OP_NAME}: argument 'window_size' must hold two ints, got {window_size!r}")
     if left < -1:
         raise _fail("window_size", f"{tuple(window_size)!r}", "left >= -1 (-1: no window)")
-    if left >= 2**63:
+    if left >= _INT64_END:
         raise _fail("window_size", f"{tuple(window_size)!r}", "left < 2**63 (an int of the op's schema)")
     if left == -1:
         if right not in (-1, 0):
@@ -234,7 +238,7 @@ def check_call(
     window_left = normalize_window(window_size)
     if causal is not True:
         raise _fail("causal", causal, "True: rel_attn is causal attention (contract section 1)")
-    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits < 2**63:
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits < _INT64_END:
         raise _fail("num_splits", repr(num_splits), "an int >= 0 (0: chosen by the heuristic) that fits in 64 bits")
 
     if out is not None:

@@ -413,6 +413,12 @@ def test_clock_rounds_alternate_the_order_and_take_each_clocks_median(monkeypatc
             bm.build_parser().parse_args(["--clock-rounds", bad])
 
 
+@pytest.mark.parametrize("rounds", [0, -1, True, 1.5])
+def test_clock_rounds_below_one_or_not_an_int_are_refused(rounds):
+    with pytest.raises(ValueError, match=rf"clock_rounds={rounds!r}; expected an int >= 1"):
+        bm.TimingConfig(clock_rounds=rounds)
+
+
 def test_clock_rounds_stop_timing_a_graph_that_failed_to_capture(monkeypatch):
     calls = []
 

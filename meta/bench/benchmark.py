@@ -865,6 +865,10 @@ class TimingConfig:
     #: (meta/BENCHMARKS.md, "An H100 on 2026-12-05"); one round, eager first, is the default.
     clock_rounds: int = 1
 
+    def __post_init__(self):
+        if isinstance(self.clock_rounds, bool) or not isinstance(self.clock_rounds, int) or self.clock_rounds < 1:
+            raise ValueError(f"TimingConfig: clock_rounds={self.clock_rounds!r}; expected an int >= 1")
+
 
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
@@ -989,7 +993,7 @@ def time_clocks(prepared: Prepared, cfg: TimingConfig, device: torch.device) -> 
             result["eager_window"] = [start, utc_now()]
         result["graph_timing"] = "n/a (cpu)"
         return result
-    rounds = max(1, cfg.clock_rounds)
+    rounds = cfg.clock_rounds
     measured: dict[str, list[float]] = {clock: [] for clock in CLOCKS}
     methods = dict(
         eager=f"triton do_bench median (L2 flushed), warmup={cfg.warmup_ms}ms rep={cfg.rep_ms}ms",
