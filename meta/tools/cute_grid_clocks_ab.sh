@@ -3,7 +3,7 @@
 # grid (compact for several requests) against the dense grid, in two orders.
 #   . /tmp/site/env.sh && bash meta/tools/cute_grid_clocks_ab.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
-out=${OUT:-/tmp/out}
+out=${OUT:-/tmp/out}; mkdir -p "$out"
 for rule in plan dense dense plan; do
   echo "== grid: $rule"
   python3 - "$rule" <<'PY' 2>&1 | grep -E "^chunk|^serving" | tee -a $out/grid_clocks_ab.log
