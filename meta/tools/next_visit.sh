@@ -23,8 +23,12 @@
 #            both clocks in three rounds of alternating order (--clock-rounds 3): the targets'
 #            ratios with the power cap's drift between loops split evenly between the clocks, then
 #            each target met or missed by how much (meta/tools/targets.py)
+#   serving  the serving batches against flash-attn-4 without the bias and our Triton, both clocks
+#            in three rounds, then targets.py's verdict
+#   gap      meta/tools/graph_gap_probe.py on the chunks at page 128 (ours and flash-attn-4 without
+#            the bias): CUPTI's kernel time eager and replayed, against the event clocks
 set -uo pipefail
-step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone|rounds SHA}
+step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone|rounds|serving|gap SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -64,5 +68,13 @@ case $step in
       --backends default --peers ours,fa4_nobias,fa4_scoremod --no-host-overhead --cases-filter prefill,chunk > /dev/null 2>&1
     echo "rounds exit $?"; tail -10 "$out/rounds/bench.log"
     python3 meta/tools/targets.py "$out/rounds/bench_records.jsonl" ;;
-  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds)"; exit 2 ;;
+  serving)
+    timeout 300 python3 meta/bench/benchmark.py --out "$out/serving" --git-sha "$sha" --quick --no-progress --clock-rounds 3 \
+      --backends default,triton --peers ours,fa4_nobias --cases meta/bench/serving_cases.json --no-host-overhead > /dev/null 2>&1
+    echo "serving exit $?"; python3 meta/tools/targets.py "$out/serving/bench_records.jsonl" ;;
+  gap)
+    timeout 300 python3 meta/tools/graph_gap_probe.py --cases chunk2k_on16k_x4 --pages 128 --peers ours,fa4_nobias \
+      > "$out/graph_gap_probe_$sha.log" 2>&1
+    echo "gap exit $?"; tail -30 "$out/graph_gap_probe_$sha.log" ;;
+  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds|serving|gap)"; exit 2 ;;
 esac
