@@ -554,7 +554,7 @@ class RelAttnFwdSm90:
             grid_m = (mQ.shape[0] * self.group + self.tile_m - 1) // self.tile_m + num_reqs
             grid_req = 1
         scale_log2 = softmax_scale * LOG2_E
-        page_div = cute.FastDivmodDivisor(mK.shape[1])
+        page_div = cute.FastDivmodDivisorV2(mK.shape[1])
         # with tma_kv: the TMA atoms and coordinate tensors of whole K and V pages
         tma_atom_k = tma_atom_v = tK_pages = tV_pages = None
         if const_expr(self.tma_kv):
@@ -589,7 +589,7 @@ class RelAttnFwdSm90:
         mRel: cute.Tensor,
         scale_log2: Float32,
         window: Int32,
-        page_div: cute.FastDivmodDivisor,
+        page_div: cute.FastDivmodDivisorV2,
         sQ_layout: cute.ComposedLayout,
         sKV_layout: cute.ComposedLayout,
         sB_layout: cute.Layout,
