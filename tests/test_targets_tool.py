@@ -60,6 +60,17 @@ def test_no_triton_row_when_triton_is_the_default_and_a_failed_peer_gives_no_rat
     assert row.verdict("eager") == "-"
 
 
+def test_a_run_that_named_its_backends_is_read_through_ours_cute():
+    run = [
+        _record("chunk2k_on16k_x4", 128, "ours[cute]", 0.8, 0.8, backend="cute"),
+        _record("chunk2k_on16k_x4", 128, "ours[triton]", 1.2, 1.2, backend="triton"),
+        _record("chunk2k_on16k_x4", 128, "fa4_nobias", 0.76, 0.74),
+    ]  # fmt: skip
+    fa4, triton = targets.evaluate(run)
+    assert fa4.ratios == pytest.approx({"eager": 0.95, "graph": 0.925}) and fa4.verdict("graph") == "missed by 0.5 points"
+    assert triton.against == "ours[triton]" and triton.met
+
+
 def test_a_ratio_that_rounds_to_the_bar_is_met_and_never_prints_a_negative_zero():
     row = targets.Row("prefill8k_global", 16, "fa4_nobias", 0.90, {"eager": 1.0}, {"eager": 0.8996}, "cute")
     assert row.verdict("eager") == "met (+0.0)" and row.met

@@ -7,7 +7,8 @@ appends. A *run* is a stretch of consecutive lines with the same git SHA, GPU an
 benchmark process). For each run that timed ``ours`` and ``fa4_nobias`` on a case a target names,
 it prints one row a (case, page size): both clocks' ratio (flash-attn-4's time over ours, so above
 1 ours is faster), the target, and on each clock whether it is met or by how many points it is
-missed. Where the run also timed ``ours[triton]`` and the default backend was not Triton, a row
+missed (``ours`` is the default backend's record, or ``ours[cute]`` in a run that named its
+backends). Where the run also timed ``ours[triton]`` and that backend was not Triton, a row
 checks the last target: the chosen backend never slower than our Triton.
 
 Targets (issue 17; against flash-attn-4 without the bias, both clocks, in one run on the H200):
@@ -33,6 +34,7 @@ DEFAULT_RECORDS = ROOT / "meta" / "bench" / "bench_records.jsonl"
 CLOCKS = ("eager", "graph")
 PEER = "fa4_nobias"
 TRITON = "ours[triton]"
+OURS_CUTE = "ours[cute]"
 
 #: (case-name prefix, the least ratio of flash-attn-4's time over ours), first match wins
 TARGETS = (
@@ -137,7 +139,8 @@ def evaluate(run: list[dict]) -> list[Row]:
             seen.append(key)
     for case, page in seen:
         least = target_of(case or "")
-        ours = by_key.get((case, page, "ours"))
+        # the default backend's record; a run with --backends cute,... has ours[cute] instead
+        ours = by_key.get((case, page, "ours")) or by_key.get((case, page, OURS_CUTE))
         if least is None or ours is None:
             continue
         backend = ours.get("backend")
