@@ -2,8 +2,8 @@
 
     python3 meta/tools/targets.py [RECORDS.jsonl] [--git-sha SHA] [--gpu TEXT] [--all-runs]
 
-``RECORDS.jsonl`` (default ``meta/bench/bench_records.jsonl``): the lines ``meta/bench/benchmark.py``
-appends. A *run* is a stretch of consecutive lines with the same git SHA, GPU and command (one
+``RECORDS.jsonl`` (default ``meta/bench/bench_records.jsonl``; ``.jsonl.gz`` too): the lines
+``meta/bench/benchmark.py`` appends, read by ``plot_performance.read_records``. A *run* is a stretch of consecutive lines with the same git SHA, GPU and command (one
 benchmark process). For each run that timed ``ours`` and ``fa4_nobias`` on a case a target names,
 it prints one row a (case, page size): both clocks' ratio (flash-attn-4's time over ours, so above
 1 ours is faster), the target, and on each clock whether it is met or by how many points it is
@@ -18,16 +18,18 @@ GPU's figures, not the H200's.
 
 By default only the latest run with a target case is printed (``--all-runs``: every one;
 ``--git-sha`` / ``--gpu``: those runs only). Exit status 0 whether or not targets are met; 2 when
-no run matches.
+no run matches; 1 with a message naming the file (and line) when the records cannot be read.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab import plot_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RECORDS = ROOT / "meta" / "bench" / "bench_records.jsonl"
@@ -175,37 +177,19 @@ def render(run: list[dict], rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def read_records(path: Path) -> list[dict]:
-    """Every JSON line of ``path``; a line that is not JSON is an error naming the file and line."""
-    if not path.is_file():
-        raise ValueError(f"records={str(path)!r}: no such file")
-    records = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"records={str(path)!r}: line {number} is not JSON ({e.msg})") from None
-    return records
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("records", nargs="?", type=Path, default=DEFAULT_RECORDS)
-    parser.add_argument("--git-sha", help="only runs of this commit (a prefix)")
+    parser.add_argument("--git-sha", help="only runs of this commit (a prefix of it matches)")
     parser.add_argument("--gpu", help="only runs whose GPU name contains this text")
     parser.add_argument("--all-runs", action="store_true", help="every matching run, not the latest")
     args = parser.parse_args(argv)
-    try:
-        records = read_records(args.records)
-    except ValueError as e:
-        parser.error(str(e))
+    plot = plot_module()  # its records reader (gzip too) and SHA matching, as smi_clocks.py uses them
+    records = plot.read_records(args.records)  # SystemExit naming the file (and line) when unreadable
     chosen = []
     for run in split_runs(records):
-        sha, gpu = str(run[0].get("git_sha") or ""), str(run[0].get("gpu") or "")
-        if args.git_sha and not sha.startswith(args.git_sha):
+        gpu = str(run[0].get("gpu") or "")
+        if args.git_sha and not plot.sha_matches(run[0].get("git_sha"), args.git_sha):
             continue
         if args.gpu and args.gpu.lower() not in gpu.lower():
             continue
