@@ -884,8 +884,9 @@ class RelAttnFwdSm90:
         """Key tile ``n`` (K or V) into stage ``it % STAGES`` with ``tile_n / PAGE_BOX_ROWS`` TMA
         copies (``tma_small_pages``), box ``j`` from page ``block_table[req, row // page_size]``
         clamped into the cache, at row ``row % page_size``, for the tile's rows ``row = n * tile_n +
-        j * PAGE_BOX_ROWS`` onwards; issued by producer warp 0, whose elected lane sets the whole
-        tile's bytes and arrives for all 128 producer threads first, as :meth:`_load_page` does."""
+        j * PAGE_BOX_ROWS`` onwards (lane ``j`` looks up box ``j``, and the loop reads the lanes'
+        results by shuffles); issued by producer warp 0, whose elected lane sets the whole tile's
+        bytes and arrives for all 128 producer threads first, as :meth:`_load_page` does."""
         if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 0:
             stage = it % STAGES
             state = _state(STAGES, it, stage, ((it // STAGES) % 2) ^ 1)
@@ -895,10 +896,16 @@ class RelAttnFwdSm90:
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive_and_expect_tx(full, self.tile_n * self.head_dim * self.dtype.width // 8)
                 cute.arch.mbarrier_arrive(full, arrive_count=PRODUCER_THREADS - 1)
-            for j in cutlass.range(self.tile_n // PAGE_BOX_ROWS, unroll=1):  # a loop: the producer has 32 registers
-                page_idx, slot = divmod(n * self.tile_n + j * PAGE_BOX_ROWS, page_div)
-                page = cutlass.min(cutlass.max(block_row[page_idx], 0), num_blocks - 1)
-                cute.copy(atom, src[None, slot // PAGE_BOX_ROWS, page], dst[None, j, stage], tma_bar_ptr=full)
+            # lane j looks up box j's page and its box within the page, all boxes' loads at once
+            boxes = self.tile_n // PAGE_BOX_ROWS
+            lane_box = cutlass.min(cute.arch.lane_idx(), boxes - 1)
+            page_idx, slot = divmod(n * self.tile_n + lane_box * PAGE_BOX_ROWS, page_div)
+            lane_page = cutlass.min(cutlass.max(block_row[page_idx], 0), num_blocks - 1)
+            lane_slot = slot // PAGE_BOX_ROWS
+            for j in cutlass.range(boxes, unroll=1):  # a loop: the producer has 32 registers
+                page = cute.arch.shuffle_sync(lane_page, j)
+                box_in_page = cute.arch.shuffle_sync(lane_slot, j)
+                cute.copy(atom, src[None, box_in_page, page], dst[None, j, stage], tma_bar_ptr=full)
 
     @cute.jit
     def _load_page(self, it, pipe, block_row, num_blocks, n, pages):
