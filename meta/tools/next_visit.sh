@@ -28,7 +28,8 @@
 #   gap      meta/tools/graph_gap_probe.py on the chunks at page 128 (ours and flash-attn-4 without
 #            the bias): CUPTI's kernel time eager and replayed, against the event clocks
 #   smalltma the trial option tma_small_pages (K/V by 16-row TMA boxes at pages of 16 to 64): the
-#            probe of its two variants, then cute_ws_bench against the build in both orders on
+#            probe of its variant (SMALL_VARIANTS; fdb828c's run: "small_tma small_tma_onebuf", with
+#            SMALL_ORDERS "default,small_tma,small_tma_onebuf small_tma_onebuf,small_tma,default"), then cute_ws_bench against the build in both orders on
 #            page-16 and page-64 cases (eager medians), then the conformance matrix and the CuTe
 #            runtime tests with the option in SCHEDULE (the device copy's; restored after)
 #   smalltmapeers  with the option in SCHEDULE: benchmark.py's page-16 prefill cases and serving
@@ -94,10 +95,10 @@ case $step in
       > "$out/graph_gap_probe_$sha.log" 2>&1
     echo "gap exit $?"; tail -30 "$out/graph_gap_probe_$sha.log" ;;
   smalltma)
-    for v in small_tma small_tma_onebuf; do
+    for v in ${SMALL_VARIANTS:-small_tma}; do
       timeout 60 python3 meta/tools/cute_ws_bench.py --probe $v > "$out/probe_${v}_$sha.log" 2>&1; tail -1 "$out/probe_${v}_$sha.log"
     done
-    for order in default,small_tma,small_tma_onebuf small_tma_onebuf,small_tma,default; do
+    for order in ${SMALL_ORDERS:-default,small_tma small_tma,default}; do
       timeout 200 python3 meta/tools/cute_ws_bench.py --out "$out/${order//,/_}" --variants $order --cases $small_cases \
         > "$out/smalltma_${order//,/_}_$sha.log" 2>&1
       echo "== $order exit $?"; tail -6 "$out/smalltma_${order//,/_}_$sha.log"
