@@ -662,34 +662,6 @@ def test_cute_compile_tma_kv(tmp_path):
     _assert_ptxas_clean(ptx, tmp_path)
 
 
-def test_cute_compile_tma_small_pages(tmp_path):
-    """The ``tma_small_pages`` option: at pages that are a multiple of 16 rows, K/V tiles by a
-    loop of ``tile_n / 16`` TMA boxes of 16 rows (each two 64-column boxes of the 128-byte
-    swizzle, 16 KB apart: a stage's two column halves), at the three call sites beside the
-    whole-page copies; one ``arrive.expect_tx`` of the whole tile's bytes per loaded tile at each
-    site (page and rows); four descriptors prefetched; refused without ``tma_kv``; ptxas reports
-    no spills (the boxes are a loop, not unrolled: unrolled, the producer's 32 registers spilled
-    at ``G`` 3 and 6)."""
-    from inkling_ops.kernels import cute_fwd_sm90
-
-    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
-    ptx = _variant_ptx(config, tma_small_pages=True)
-    _check_hopper_ptx(ptx)  # the gather stays for the tile that holds kv_len
-    tma = re.findall(r"cp\.async\.bulk\.tensor\.4d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes\S*\s+"
-                     r"\[%r(\d+)(?:\+(-?\d+))?\]", ptx)  # fmt: skip
-    assert len(tma) == 3 * 2 + 3 * 2  # (page, rows) x (first K, loop's K, loop's V) x two halves
-    # the first K tile's boxes: the same base register, the halves 16 KB apart
-    (reg0, off0), (reg1, off1) = tma[2], tma[3]
-    assert reg0 == reg1 and int(off1 or 0) - int(off0 or 0) == 16384
-    tile_bytes = config.tile_n * config.head_dim * 2
-    expects = re.findall(rf"mov\.b32\s+%r\d+, {tile_bytes};\s+mbarrier\.arrive\.expect_tx\.shared\.b64", ptx)
-    assert len(expects) == 6
-    assert ptx.count("prefetch.tensormap") == 4 + cute_fwd_sm90.schedule(config)["bias_tma"]
-    with pytest.raises(ValueError, match="tma_small_pages needs tma_kv"):
-        cute_fwd_sm90.RelAttnFwdSm90(config, tma_small_pages=True)
-    _assert_ptxas_clean(ptx, tmp_path)
-
-
 def test_cute_shared_memory_fits_hopper():
     """Q, two stages of K and of V and the bias buffer fit the 227 KB a Hopper CTA may use."""
     from inkling_ops.kernels import cute_fwd_sm90

@@ -76,9 +76,6 @@ BAR_Q = 1
 BAR_SCHED = 2
 #: shared memory a Hopper CTA may use (227 KB)
 SMEM_LIMIT = 227 * 1024
-#: rows of one ``tma_small_pages`` box: a K/V tile of a cache whose pages are a multiple of it
-#: (and not one tile) is loaded by ``tile_n / PAGE_BOX_ROWS`` such boxes, each within one page
-PAGE_BOX_ROWS = 16
 
 
 #: The schedule options :func:`compile_fwd` (so the backend) builds with, over the keyword
@@ -286,13 +283,6 @@ class RelAttnFwdSm90:
       elected thread sets the tile's transaction bytes and arrives for all 128
       (:meth:`_load_page` says why that is safe). Each tile is looked up when loaded
       (``page_reuse`` does not apply). The descriptors are built in ``__call__`` from K and V.
-    - ``tma_small_pages`` (with ``tma_kv``): at a page size that is a multiple of
-      :data:`PAGE_BOX_ROWS` other than ``tile_n`` (16, 32, 64, ...), each K and V tile wholly
-      below ``kv_len`` is loaded by ``tile_n / PAGE_BOX_ROWS`` TMA copies of that many rows, each
-      from the page that holds them (``block_table[req, row // page_size]`` clamped into the
-      cache), into the rows of the stage they fill, instead of the 128 producer threads'
-      ``cp.async`` gather. Producer warp 0 issues them after one expect-tx of the whole tile's
-      bytes, as ``tma_kv`` does for a whole page; the tile that holds ``kv_len`` is still gathered.
     - ``band_split``: band tiles whose every element is visible with ``0 <= d < E`` (below the
       diagonal, inside the window, the whole tile in the band) take a body without masks: one
       shared-memory load and one multiply-add a score, ``S * softmax_scale + bias``, in natural
@@ -316,8 +306,7 @@ class RelAttnFwdSm90:
       warpgroup (its 64 rows): producer threads 0-63 refill the first warpgroup's half as soon as
       that warpgroup has read it, instead of waiting for both (the single buffer's refill then
       has a whole iteration of lead, not half of one). ``"tile_pages"``: only when the page size
-      is ``tile_n``, or with ``tma_small_pages`` a multiple of :data:`PAGE_BOX_ROWS` (a runtime
-      choice: where the producer threads gather every K/V tile, one buffer, as without the option).
+      is ``tile_n`` (a runtime choice; at other page sizes one buffer, as without the option).
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
     - ``debug_acc_bias`` (timing only, a wrong answer): the consumer-side floor of a bias the
@@ -402,7 +391,7 @@ class RelAttnFwdSm90:
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
                  debug_acc_bias: str = "", debug_no_masks: bool = False, bias_box_rows: int = 0,
-                 odd_rows_paired: bool = False, tma_small_pages: bool = False):  # fmt: skip
+                 odd_rows_paired: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -476,9 +465,6 @@ class RelAttnFwdSm90:
         self.fresh_scores = fresh_scores
         self.page_reuse = page_reuse
         self.tma_kv = tma_kv
-        if tma_small_pages and not tma_kv:
-            raise ValueError("tma_small_pages needs tma_kv (its boxes use the same stages, barriers and fences)")
-        self.tma_small_pages = tma_small_pages
         self.band_split = band_split
         self.late_rescale = late_rescale
         self.smem_epilogue = smem_epilogue
@@ -512,17 +498,6 @@ class RelAttnFwdSm90:
         pages = cute.make_tensor(mX.iterator, cute.select(mX.layout, mode=[1, 3, 2, 0]))
         return cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), pages, cute.select(sKV_layout, mode=[0, 1]), (self.tile_n, self.head_dim)
-        )
-
-    def _tma_page_rows(self, mX: cute.Tensor, sKV_layout):
-        """``tma_small_pages``' TMA load of :data:`PAGE_BOX_ROWS` rows of one page of ``mX`` (as
-        :meth:`_tma_pages`) into the same rows of a stage of ``sKV_layout``: ``(atom, coordinates)``,
-        the coordinates indexed (row, col, kv_head, page)."""
-        pages = cute.make_tensor(mX.iterator, cute.select(mX.layout, mode=[1, 3, 2, 0]))
-        rows = cute.make_layout((PAGE_BOX_ROWS, self.head_dim), stride=(1, self.tile_n))
-        box = cute.composition(cute.select(sKV_layout, mode=[0, 1]), rows)
-        return cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(), pages, box, (PAGE_BOX_ROWS, self.head_dim)
         )
 
     @cute.jit
@@ -585,11 +560,6 @@ class RelAttnFwdSm90:
         if const_expr(self.tma_kv):
             tma_atom_k, tK_pages = self._tma_pages(mK, sKV_layout)
             tma_atom_v, tV_pages = self._tma_pages(mV, sKV_layout)
-        # with tma_small_pages: the same for PAGE_BOX_ROWS rows of a page
-        tma_rows_k = tK_rows = tma_rows_v = tV_rows = None
-        if const_expr(self.tma_small_pages):
-            tma_rows_k, tK_rows = self._tma_page_rows(mK, sKV_layout)
-            tma_rows_v, tV_rows = self._tma_page_rows(mV, sKV_layout)
         # with bias_tma: the atom of one token's bias box and the (E, Hq, T) coordinates of rel_logits
         tma_atom_b = tB_rel = None
         if const_expr(self.bias_tma):
@@ -599,8 +569,7 @@ class RelAttnFwdSm90:
         self.kernel(
             mQ, mK, mV, mO, mBlockTable, mSeqlens, mCuSeqlensQ, mRel, scale_log2, window, page_div,
             sQ_layout, sKV_layout, sB_layout, tiled_mma_qk, tiled_mma_pv, copy_q, copy_kv, copy_atom, tma_atom_k,
-            tma_atom_v, tK_pages, tV_pages, tma_rows_k, tma_rows_v, tK_rows, tV_rows, tma_atom_b, tB_rel,
-            SharedStorage,
+            tma_atom_v, tK_pages, tV_pages, tma_atom_b, tB_rel, SharedStorage,
         ).launch(grid=[grid_m, num_kv_heads, grid_req], block=[self.num_threads, 1, 1], stream=stream)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
@@ -633,10 +602,6 @@ class RelAttnFwdSm90:
         tma_atom_v: cute.CopyAtom | None,
         tK_pages: cute.Tensor | None,
         tV_pages: cute.Tensor | None,
-        tma_rows_k: cute.CopyAtom | None,
-        tma_rows_v: cute.CopyAtom | None,
-        tK_rows: cute.Tensor | None,
-        tV_rows: cute.Tensor | None,
         tma_atom_b: cute.CopyAtom | None,
         tB_rel: cute.Tensor | None,
         SharedStorage: cutlass.Constexpr,
@@ -648,9 +613,6 @@ class RelAttnFwdSm90:
             if warp_idx == 0:
                 cpasync.prefetch_descriptor(tma_atom_k)
                 cpasync.prefetch_descriptor(tma_atom_v)
-                if const_expr(self.tma_small_pages):
-                    cpasync.prefetch_descriptor(tma_rows_k)
-                    cpasync.prefetch_descriptor(tma_rows_v)
         if const_expr(self.bias_tma):
             if warp_idx == 1:
                 cpasync.prefetch_descriptor(tma_atom_b)
@@ -742,8 +704,7 @@ class RelAttnFwdSm90:
                 self._produce(
                     mK, mV, mRel, sK, sV, sB, mBlockTable[req, None], page_div, kv_head, kv_len, q_start, q_len,
                     q_head0, offset, m_block, n_end, n_tiles, num_band, rel_extent, tidx, pipes, copy_kv, copy_atom,
-                    (tma_atom_k, tK_pages, tma_rows_k, tK_rows), (tma_atom_v, tV_pages, tma_rows_v, tV_rows),
-                    (tma_atom_b, tB_rel),
+                    (tma_atom_k, tK_pages), (tma_atom_v, tV_pages), (tma_atom_b, tB_rel),
                 )  # fmt: skip
             else:
                 cute.arch.setmaxregister_increase(self.consumer_regs)
@@ -763,8 +724,7 @@ class RelAttnFwdSm90:
                  tma_v, tma_b):  # fmt: skip
         """Issue the loads in the order the consumers use them: K of the next tile before V of the
         current one (QK of tile i + 1 is issued before PV of tile i), the bias of a band tile after.
-        ``tma_k`` / ``tma_v``: (TMA atom, page coordinates, and ``tma_small_pages``' atom and
-        coordinates) with ``tma_kv``, else Nones;
+        ``tma_k`` / ``tma_v``: (TMA atom, page coordinates) with ``tma_kv``, else (None, None);
         ``tma_b``: (TMA atom, rel_logits coordinates) with ``bias_tma``, else (None, None)."""
         pipe_k, pipe_v, pipe_b = pipes
         thr_copy = copy_kv.get_slice(tidx)
@@ -772,8 +732,8 @@ class RelAttnFwdSm90:
         num_blocks = mK.shape[0]
         pages_k = pages_v = None
         if const_expr(self.tma_kv):
-            pages_k = (self._page_copies(tma_k[:2], sK, kv_head), self._row_copies(tma_k[2:], sK, kv_head))
-            pages_v = (self._page_copies(tma_v[:2], sV, kv_head), self._row_copies(tma_v[2:], sV, kv_head))
+            pages_k = self._page_copies(tma_k, sK, kv_head)
+            pages_v = self._page_copies(tma_v, sV, kv_head)
         if n_tiles > 0:
             if const_expr(self.page_reuse and not self.tma_kv):
                 # one block-table lookup a key tile, serving its K copy and, an iteration later,
@@ -824,15 +784,8 @@ class RelAttnFwdSm90:
             self._load_rows(mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy, tTcT,
                             copy_atom)  # fmt: skip
         else:
-            page_size = mX.shape[1]
-            if self._tma_tile(n, kv_len, page_size):
-                if const_expr(self.tma_small_pages):
-                    if page_size == self.tile_n:
-                        self._load_page(it, pipe, block_row, num_blocks, n, pages[0])
-                    else:
-                        self._load_page_rows(it, pipe, block_row, num_blocks, page_div, n, pages[1])
-                else:
-                    self._load_page(it, pipe, block_row, num_blocks, n, pages[0])
+            if self._tma_tile(n, kv_len, mX.shape[1]):
+                self._load_page(it, pipe, block_row, num_blocks, n, pages)
             else:
                 self._load_rows(mX, sX, it, pipe, block_row, num_blocks, page_div, kv_head, kv_len, n, thr_copy,
                                 tTcT, copy_atom)  # fmt: skip
@@ -840,18 +793,8 @@ class RelAttnFwdSm90:
     @cute.jit
     def _tma_tile(self, n, kv_len, page_size):
         """Whether :meth:`_load_kv` loads key tile ``n`` by TMA (with ``tma_kv``): the tile lies
-        wholly below ``kv_len`` and a page is one tile (``tma_small_pages``: or a multiple of
-        :data:`PAGE_BOX_ROWS` rows)."""
-        return (n + 1) * self.tile_n <= kv_len and self._pages_by_tma(page_size)
-
-    @cute.jit
-    def _pages_by_tma(self, page_size):
-        """Whether, at ``page_size``, the K/V tiles wholly below ``kv_len`` come by TMA (with
-        ``tma_kv``): a page is one tile, or (``tma_small_pages``) a multiple of :data:`PAGE_BOX_ROWS`."""
-        by_tma = page_size == self.tile_n
-        if const_expr(self.tma_small_pages):
-            by_tma = by_tma or page_size % PAGE_BOX_ROWS == 0
-        return by_tma
+        wholly below ``kv_len`` and a page is one tile."""
+        return (n + 1) * self.tile_n <= kv_len and page_size == self.tile_n
 
     @cute.jit
     def _page_copies(self, tma, sX, kv_head):
@@ -863,49 +806,6 @@ class RelAttnFwdSm90:
             atom, 0, cute.make_layout(1), cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2)
         )
         return atom, gX_tma, sX_tma
-
-    def _row_copies(self, tma, sX, kv_head):
-        """``tma_small_pages``' ``(atom, source, destination)``, as :meth:`_page_copies`: the source
-        indexed (box of rows within a page, page), the destination (box of rows within a tile,
-        stage); ``None`` without the option."""
-        atom, tX_rows = tma
-        if atom is None:
-            return None
-        box = (PAGE_BOX_ROWS, self.head_dim)
-        gX = cute.local_tile(tX_rows[None, None, kv_head, None], box, (None, 0, None))
-        sXb = cute.local_tile(sX, box, (None, 0, None))
-        sX_tma, gX_tma = cpasync.tma_partition(
-            atom, 0, cute.make_layout(1), cute.group_modes(sXb, 0, 2), cute.group_modes(gX, 0, 2)
-        )
-        return atom, gX_tma, sX_tma
-
-    @cute.jit
-    def _load_page_rows(self, it, pipe, block_row, num_blocks, page_div, n, rows):
-        """Key tile ``n`` (K or V) into stage ``it % STAGES`` with ``tile_n / PAGE_BOX_ROWS`` TMA
-        copies (``tma_small_pages``), box ``j`` from page ``block_table[req, row // page_size]``
-        clamped into the cache, at row ``row % page_size``, for the tile's rows ``row = n * tile_n +
-        j * PAGE_BOX_ROWS`` onwards (lane ``j`` looks up box ``j``, and the loop reads the lanes'
-        results by shuffles); issued by producer warp 0, whose elected lane sets the whole tile's
-        bytes and arrives for all 128 producer threads first, as :meth:`_load_page` does."""
-        if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 0:
-            stage = it % STAGES
-            state = _state(STAGES, it, stage, ((it // STAGES) % 2) ^ 1)
-            atom, src, dst = rows
-            pipe.producer_acquire(state)
-            full = pipe.producer_get_barrier(state)
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive_and_expect_tx(full, self.tile_n * self.head_dim * self.dtype.width // 8)
-                cute.arch.mbarrier_arrive(full, arrive_count=PRODUCER_THREADS - 1)
-            # lane j looks up box j's page and its box within the page, all boxes' loads at once
-            boxes = self.tile_n // PAGE_BOX_ROWS
-            lane_box = cutlass.min(cute.arch.lane_idx(), boxes - 1)
-            page_idx, slot = divmod(n * self.tile_n + lane_box * PAGE_BOX_ROWS, page_div)
-            lane_page = cutlass.min(cutlass.max(block_row[page_idx], 0), num_blocks - 1)
-            lane_slot = slot // PAGE_BOX_ROWS
-            for j in cutlass.range(boxes, unroll=1):  # a loop: the producer has 32 registers
-                page = cute.arch.shuffle_sync(lane_page, j)
-                box_in_page = cute.arch.shuffle_sync(lane_slot, j)
-                cute.copy(atom, src[None, box_in_page, page], dst[None, j, stage], tma_bar_ptr=full)
 
     @cute.jit
     def _load_page(self, it, pipe, block_row, num_blocks, n, pages):
@@ -1474,18 +1374,17 @@ class RelAttnFwdSm90:
 
     def _half_count(self, count: int, page_size):
         """The arrivals on one bias barrier of ``bias_per_wg``, where ``count`` arrive on the one
-        buffer's: half of them (with ``"tile_pages"``, only when K/V tiles come by TMA:
-        :meth:`_pages_by_tma`)."""
+        buffer's: half of them (with ``"tile_pages"``, only when a page is one tile)."""
         if self.bias_per_wg == "tile_pages":
-            return cutlass.select_(self._pages_by_tma(page_size), Int32(count // 2), Int32(count))
+            return cutlass.select_(page_size == self.tile_n, Int32(count // 2), Int32(count))
         return count // 2
 
     @cute.jit
     def _bias_half(self, half, page_size):
         """The bias barrier pair of the rows of consumer warpgroup ``half``: its own with
-        ``bias_per_wg`` (with ``"tile_pages"``, only when K/V tiles come by TMA), else the one buffer's."""
+        ``bias_per_wg`` (with ``"tile_pages"``, only when a page is one tile), else the one buffer's."""
         if const_expr(self.bias_per_wg == "tile_pages"):
-            half = cutlass.select_(self._pages_by_tma(page_size), half, Int32(0))
+            half = cutlass.select_(page_size == self.tile_n, half, Int32(0))
         return half
 
     def _bias_state(self, bias_use, b_half):

@@ -131,12 +131,6 @@ VARIANTS = {
     "compact_producer32": dict(compact_grid=True, producer_regs=32),
     # K/V gathered at every page size (the build loads whole tiles by TMA at page_size == tile_n)
     "no_tma_kv": dict(tma_kv=False),
-    # K/V tiles by TMA at pages of 16, 32 or 64 rows too: 16-row boxes, each from its page (the
-    # build gathers them with the producer threads' cp.async); the bias buffer then splits per
-    # warpgroup there as at page 128 ("tile_pages")
-    "small_tma": dict(tma_small_pages=True),
-    # the same with one bias buffer at every page size (bias_per_wg off)
-    "small_tma_onebuf": dict(tma_small_pages=True, bias_per_wg=False),
     "no_split": dict(band_split=False, bias_only_past_e=False),
     "no_smem_epi": dict(smem_epilogue=False, stmatrix_epilogue=False),
     # the proxy fence after every K/V stage, TMA-loaded ones too (the build fences gathered stages only)

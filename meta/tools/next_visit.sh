@@ -27,30 +27,12 @@
 #            in three rounds, then targets.py's verdict
 #   gap      meta/tools/graph_gap_probe.py on the chunks at page 128 (ours and flash-attn-4 without
 #            the bias): CUPTI's kernel time eager and replayed, against the event clocks
-#   smalltma the trial option tma_small_pages (K/V by 16-row TMA boxes at pages of 16 to 64): the
-#            probe of its variant (SMALL_VARIANTS; fdb828c's run: "small_tma small_tma_onebuf", with
-#            SMALL_ORDERS "default,small_tma,small_tma_onebuf small_tma_onebuf,small_tma,default"), then cute_ws_bench against the build in both orders on
-#            page-16 and page-64 cases (eager medians), then the conformance matrix and the CuTe
-#            runtime tests with the option in SCHEDULE (the device copy's; restored after)
-#   smalltmapeers  with the option in SCHEDULE: benchmark.py's page-16 prefill cases and serving
-#            batches against flash-attn-4 without the bias (and our Triton on the serving batches),
-#            both clocks in three rounds, then targets.py's verdicts
 set -uo pipefail
-step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone|rounds|serving|gap|smalltma|smalltmapeers SHA}
+step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone|rounds|serving|gap SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,clocks.sm,power.limit --format=csv,noheader
-kernel=inkling_ops/kernels/cute_fwd_sm90.py
-# run "$@" with the trial option OPTION appended to SCHEDULE in the device copy's kernel, restored after
-with_option() {
-  cp $kernel /tmp/cute_fwd_sm90.py.keep
-  sed -i "s/^\(    bias_bulk=True,.*,\)\$/\1 $OPTION/" $kernel
-  if grep -qF " $OPTION" $kernel; then "$@"; else echo "could not add '$OPTION' to SCHEDULE"; fi
-  cp /tmp/cute_fwd_sm90.py.keep $kernel
-}
-OPTION="tma_small_pages=True,"
-small_cases=prefill8k_global_page16,prefill8k_sliding_page16,chunk2k_on16k_x4_page16,serving_chunk2k_decodes63_sliding_page16,prefill8k_global_page64
 case $step in
   checks)
     WORKERS=8 timeout 460 bash meta/tools/gpu_visit.sh "$sha" tests,conformance
@@ -94,31 +76,5 @@ case $step in
     timeout 300 python3 meta/tools/graph_gap_probe.py --cases chunk2k_on16k_x4 --pages 128 --peers ours,fa4_nobias \
       > "$out/graph_gap_probe_$sha.log" 2>&1
     echo "gap exit $?"; tail -30 "$out/graph_gap_probe_$sha.log" ;;
-  smalltma)
-    for v in ${SMALL_VARIANTS:-small_tma}; do
-      timeout 60 python3 meta/tools/cute_ws_bench.py --probe $v > "$out/probe_${v}_$sha.log" 2>&1; tail -1 "$out/probe_${v}_$sha.log"
-    done
-    for order in ${SMALL_ORDERS:-default,small_tma small_tma,default}; do
-      timeout 200 python3 meta/tools/cute_ws_bench.py --out "$out/${order//,/_}" --variants $order --cases $small_cases \
-        > "$out/smalltma_${order//,/_}_$sha.log" 2>&1
-      echo "== $order exit $?"; tail -6 "$out/smalltma_${order//,/_}_$sha.log"
-    done
-    conformance() {
-      timeout 220 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_conformance.py tests/test_cute_runtime.py -k cute -rfE \
-        > "$out/cute_conformance_smalltma_$sha.log" 2>&1
-      echo "conformance with $OPTION exit $?"; tail -3 "$out/cute_conformance_smalltma_$sha.log"
-    }
-    with_option conformance ;;
-  smalltmapeers)
-    peers() {
-      timeout 330 python3 meta/bench/benchmark.py --out "$out/smalltma_rounds" --git-sha "$sha+$OPTION" --quick --no-progress \
-        --clock-rounds 3 --page-sizes 16 --backends default --peers ours,fa4_nobias --no-host-overhead --cases-filter prefill,chunk > /dev/null 2>&1
-      echo "prefill exit $?"; python3 meta/tools/targets.py "$out/smalltma_rounds/bench_records.jsonl"
-      timeout 200 python3 meta/bench/benchmark.py --out "$out/smalltma_serving" --git-sha "$sha+$OPTION" --quick --no-progress \
-        --clock-rounds 3 --page-sizes 16 --backends default,triton --peers ours,fa4_nobias --no-host-overhead \
-        --cases meta/bench/serving_cases.json > /dev/null 2>&1
-      echo "serving exit $?"; python3 meta/tools/targets.py "$out/smalltma_serving/bench_records.jsonl"
-    }
-    with_option peers ;;
-  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds|serving|gap|smalltma|smalltmapeers)"; exit 2 ;;
+  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds|serving|gap)"; exit 2 ;;
 esac
