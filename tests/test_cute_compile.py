@@ -426,7 +426,7 @@ def test_cute_compile_odd_rows_paired(tmp_path):
     """``odd_rows_paired`` (G 8, in ``SCHEDULE`` since b33d5ba): each band body reads its first
     row's bias one 32-bit word a column pair (its 32 16-bit loads become 16 word loads a thread),
     keeps the other row's 16-bit loads, spills nothing (ptxas), and is refused by name at other
-    group sizes."""
+    group sizes and with boxes of more than one token."""
     from inkling_ops.kernels import cute_fwd_sm90
 
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=8)
@@ -439,6 +439,8 @@ def test_cute_compile_odd_rows_paired(tmp_path):
     # four band bodies (the first tile's and the loop's, masked and not) of 64 loads each
     assert len(re.findall(b16, unpaired)) == 256 and len(re.findall(b16, paired)) == 128
     assert len(re.findall(pair, unpaired)) == 0 and len(re.findall(pair, paired)) == 64
+    with pytest.raises(ValueError, match="odd_rows_paired needs one token a bias box"):
+        cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.SCHEDULE, "bias_box_rows": 16})
     # the row order is for G 8 alone: the build leaves it out elsewhere, the kernel refuses it
     for group in (2, 4, 16):
         other = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=group)
@@ -468,25 +470,14 @@ def _bias_load_wavefronts(kernel, offset: int, m_block: int, n0: int) -> list[in
                     for lane in range(32):
                         r = 16 * warp + 8 * i + lane // 4
                         qa = offset + kernel._token(m_block * kernel.tile_m + r, offset)
-                        # the box's first token's q_abs, and the buffer row of r's bias, as the consumer has them
-                        if kernel.box_tokens > 1 and kernel.odd_rows_paired:
-                            q_box, s = offset + kernel._box_token(qa - offset), kernel._staged_row(r, offset)
-                        else:
-                            q_box, s = qa - (r // kernel.group) % kernel.box_tokens, r
-                        # ... and as the producer staged them: the box at row s0 from its first token, in
-                        # ascending token order, G heads a token
-                        s0 = s - s % kernel.box_rows
-                        first = kernel._box_token(kernel._token(m_block * kernel.tile_m + s0, offset))
-                        assert offset + first == q_box, (offset, m_block, r)
-                        assert first + (s % kernel.box_rows) // kernel.group == qa - offset, (offset, m_block, r)
-                        assert s % kernel.group == r % kernel.group
+                        q_box = qa - (r // kernel.group) % kernel.box_tokens  # the box's first token's
                         d0 = kernel._slice_start(q_box, n0)
                         element = qa - n0 - (2 * (lane % 4) + 8 * k + b) - d0
                         if paired and i == 0:
                             assert qa % 2 == 1, (offset, m_block, r)
                             element -= 1
                         assert 0 <= element and element + (paired and i == 0) < width, (offset, m_block, r, element)
-                        word = (s * width + element) // 2
+                        word = (r * width + element) // 2
                         banks.setdefault(word % 32, set()).add(word)
                     waves += max(len(words) for words in banks.values())
         per_warp.append(waves)
@@ -506,9 +497,7 @@ def test_cute_bias_load_wavefronts():
         return cute_fwd_sm90.RelAttnFwdSm90(config, **{**cute_fwd_sm90.schedule(config), **variant})
 
     paired, unpaired, four = kernel(8), kernel(8, odd_rows_paired=False), kernel(4)
-    # two tokens a box at G 8: a pair, whose rows the box lands in ascending token order
-    pair_boxes = kernel(8, bias_box_rows=16)
-    assert paired.odd_rows_paired and four.box_rows == 8 and pair_boxes.box_tokens == 2
+    assert paired.odd_rows_paired and four.box_rows == 8
     for offset in (0, 1, 2, 5, 100, 1023):
         for m_block in (0, 1, 3):
             for n0 in (0, 128, 1024):
@@ -516,7 +505,6 @@ def test_cute_bias_load_wavefronts():
                     continue
                 assert _bias_load_wavefronts(paired, offset, m_block, n0) == [48] * 8
                 assert _bias_load_wavefronts(unpaired, offset, m_block, n0) == [64] * 8
-                assert _bias_load_wavefronts(pair_boxes, offset, m_block, n0) == [48] * 8
     assert sum(_bias_load_wavefronts(four, 5, 1, 128)) / 8 == 96
 
 
@@ -546,8 +534,7 @@ def test_cute_tma_bias_width_box_rows():
 def test_cute_compile_bias_box_rows(tmp_path):
     """``bias_box_rows=8`` (in ``SCHEDULE`` since 70f3e1b) stages 8-row bias boxes below ``G`` 8
     (the bytes each announces) with the band bodies' 16-bit loads unchanged in number and no
-    spills (ptxas), is the build itself at ``G`` 8 (where 16 rows stage a token pair a box), and
-    refuses what it cannot serve, by name."""
+    spills (ptxas), is the build itself at ``G`` 8, and refuses what it cannot serve, by name."""
     from inkling_ops.kernels import cute_fwd_sm90
 
     def ptx_of(group, **variant):
@@ -564,12 +551,6 @@ def test_cute_compile_bias_box_rows(tmp_path):
     assert len(re.findall(b16, boxed)) == len(re.findall(b16, one_token_boxes)) >= 128
     assert "2304" in box_bytes(ptx_of(1))  # 8 rows x 144 x 2 bytes
     assert ptx_of(8, bias_box_rows=0) == ptx_of(8)
-    # G 8 with 16-row boxes: a token pair a box (16 rows x 136 x 2 bytes), the loads of the build's
-    # pairing (odd_rows_paired) unchanged in number
-    pairs, build8 = ptx_of(8, bias_box_rows=16), ptx_of(8)
-    assert "4352" in box_bytes(pairs) and "2176" in box_bytes(build8) and "2176" not in box_bytes(pairs)
-    for loads in (b16, r"ld\.shared\.v2\.b16"):
-        assert len(re.findall(loads, pairs)) == len(re.findall(loads, build8)) > 0
     config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
     for bad in (dict(bias_box_rows=6), dict(bias_box_rows=64), dict(bias_box_rows=-8),
                 dict(bias_tma=False, bias_box_rows=8)):

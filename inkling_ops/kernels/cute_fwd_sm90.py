@@ -347,13 +347,11 @@ class RelAttnFwdSm90:
     - ``odd_rows_paired`` (``G`` 8 only): in each 16 rows of the M tile the token whose ``q_abs``
       is odd takes the first 8 (the accumulator's rows ``r``, its other token rows ``r + 8``),
       swapping the two tokens of every pair when the request's ``offset`` is even
-      (:meth:`_token`; with ``bias_box_rows`` 16 or 32 a box holds whole pairs in ascending
-      token order, and the consumers read a swapped pair's rows from :meth:`_staged_row`). A
-      thread's two bias values of a column pair, distances ``d`` and ``d - 1``, are then one
-      aligned 32-bit word in its first row (``d`` odd, the slice start even), read with one load
-      instead of two: 48 shared loads a band tile a thread instead of 64, a quarter fewer bias
-      wavefronts. Q's gather, O's store, the rows' ``q_abs`` and one-token bias boxes all take the
-      swapped order.
+      (:meth:`_token`). A thread's two bias values of a column pair, distances ``d`` and
+      ``d - 1``, are then one aligned 32-bit word in its first row (``d`` odd, the slice start
+      even), read with one load instead of two: 48 shared loads a band tile a thread instead of
+      64, a quarter fewer bias wavefronts. Q's gather, O's store, the rows' ``q_abs`` and the
+      bias boxes all take the swapped order.
     - ``debug_skip_bias_copies`` (timing only, a wrong answer): the producer acquires and commits
       each band tile's bias buffer without copying anything into it, so the consumers do all their
       bias work on stale shared memory. Against the build and ``debug_all_plain`` it splits a band
@@ -434,6 +432,9 @@ class RelAttnFwdSm90:
         if odd_rows_paired and config.q_per_kv != 8:
             raise ValueError(f"odd_rows_paired needs q_per_kv 8 (a token's rows fill a warp's 8 rows of one "
                              f"accumulator half); it is {config.q_per_kv}")
+        if odd_rows_paired and self.box_tokens > 1:
+            raise ValueError(f"odd_rows_paired needs one token a bias box; bias_box_rows is {bias_box_rows} "
+                             f"({self.box_tokens} tokens at q_per_kv {config.q_per_kv})")
         self.odd_rows_paired = odd_rows_paired
         self.kv_len_mask = kv_len_mask
         self.lean_mask = lean_mask
@@ -925,10 +926,10 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _tma_bias_rows(self, tma_b, sB, pipe, state, m_block, q_start, staged_len, q_head0, offset, n0, tidx):
-        """``bias_tma``'s staging: per box of ``box_rows`` rows whose first token (the smallest,
-        :meth:`_box_token`) is the request's, one TMA box of ``G`` heads of ``box_tokens`` tokens
-        (ascending) by ``bias_width`` distances from the first token's ``d0`` (as :meth:`_load_bias`
-        computes it, a multiple of 8) into its rows of the buffer, zeros outside ``[0, E)``.
+        """``bias_tma``'s staging: per box of ``box_rows`` rows whose first token is the request's,
+        one TMA box of ``G`` heads of ``box_tokens`` tokens by ``bias_width`` distances from the
+        first token's ``d0`` (as :meth:`_load_bias` computes it, a multiple of 8) into its rows of
+        the buffer, zeros outside ``[0, E)``.
 
         Every producer thread arrives once on the bias barrier (the count it expects); the thread of
         a box's first row adds the box's bytes (``mbarrier.arrive.expect_tx``). Each producer warp
@@ -941,7 +942,7 @@ class RelAttnFwdSm90:
         full = pipe.producer_get_barrier(state)
         row = m_block * self.tile_m + tidx
         size = Int32(0)
-        if row % R == 0 and self._box_token(self._token(row, offset)) < staged_len:
+        if row % R == 0 and self._token(row, offset) < staged_len:
             size = Int32(R * W * (self.dtype.width // 8))
         cute.arch.mbarrier_arrive_and_expect_tx(full, size)
         box = self._bias_box()
@@ -950,8 +951,7 @@ class RelAttnFwdSm90:
         warp_row0 = cute.arch.make_warp_uniform(cute.arch.warp_idx()) * 32
         for k in cutlass.range(32 // R, unroll=1):  # a loop, not unrolled: the producer has 32 registers
             r = warp_row0 + k * R
-            # the box's first token (the smallest): its slice start is the box's
-            tok = self._box_token(self._token(m_block * self.tile_m + r, offset))
+            tok = self._token(m_block * self.tile_m + r, offset)  # the box's first token: its slice start is the box's
             if tok < staged_len:
                 gB = cute.domain_offset((self._slice_start(offset + tok, n0), q_head0, q_start + tok), tRel)
                 if const_expr(self.box_tokens > 1):
@@ -1081,7 +1081,7 @@ class RelAttnFwdSm90:
             warpgroup.wait_group(0)
             self._release(pipe_k, k_first)
             self._scores(acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, 0, n_end - 1, num_band,
-                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, offset, scale_log2, b_half)  # fmt: skip
+                         plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
             self._to_operand(acc_S, rP)
 
             for it in cutlass.range(1, n_tiles, unroll=1):
@@ -1103,7 +1103,7 @@ class RelAttnFwdSm90:
                 warpgroup.wait_group(1)
                 self._release(pipe_k, k_state)
                 self._scores(acc_T, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, it, n, num_band,
-                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, offset, scale_log2, b_half)  # fmt: skip
+                             plain_lo, plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half)  # fmt: skip
                 warpgroup.wait_group(0)
                 self._release(pipe_v, v_state)
                 if const_expr(not self.late_rescale):
@@ -1271,7 +1271,7 @@ class RelAttnFwdSm90:
 
     @cute.jit
     def _scores(self, acc_S, row_max, row_sum, row_scale, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, plain_lo,
-                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, offset, scale_log2, b_half):  # fmt: skip
+                plain_hi, bias_lo, bias_hi, rel_extent, window, kv_len, scale_log2, b_half):  # fmt: skip
         """Scores of key tile ``n`` to probabilities, in place: plain tiles scale only; band tiles
         mask and add the staged bias (waiting for it when the tile stages any: ``bias_use`` is its
         index among the walk's band tiles, ``num_band`` or more when it stages none)."""
@@ -1289,20 +1289,20 @@ class RelAttnFwdSm90:
                 # softmax's factor then stands for the scale's multiply, a wrong answer at that cost)
                 if const_expr(not self.debug_acc_bias):
                     self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent,
-                                      window, kv_len, offset, scale, b_half, False, False)  # fmt: skip
+                                      window, kv_len, scale, b_half, False, False)  # fmt: skip
             else:
                 self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window,
-                                  kv_len, offset, scale, b_half, True, False, self.debug_acc_bias in ("band", "band_noload"))  # fmt: skip
+                                  kv_len, scale, b_half, True, False, self.debug_acc_bias in ("band", "band_noload"))  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(LOG2_E))
         else:
             # every band tile masked, in log2 units
             self._band_scores(acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window, kv_len,
-                              offset, scale_log2, b_half, True, True)  # fmt: skip
+                              scale_log2, b_half, True, True)  # fmt: skip
             self._softmax_step(acc_S_mn, row_max, row_sum, row_scale, Float32(1.0))
 
     @cute.jit
     def _band_scores(self, acc_S_mn, row_qabs, tScS_mn, sB, pipe_b, bias_use, n, num_band, rel_extent, window, kv_len,
-                     offset, scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr,
+                     scale, b_half, masked: cutlass.Constexpr, log2_units: cutlass.Constexpr,
                      no_bias: cutlass.Constexpr = False):  # fmt: skip
         """The scores of band tile ``n`` (bias use ``bias_use``, as :meth:`_scores` says), in place:
         ``S * scale + bias`` (in natural units; with ``log2_units``, ``scale`` is
@@ -1327,11 +1327,7 @@ class RelAttnFwdSm90:
             r = tScS_mn[i, 0][0]
             # the token whose slice start the row's box took (bias_box_rows: the box's first)
             q_box = qa
-            if const_expr(self.box_tokens > 1 and self.odd_rows_paired):
-                q_box = offset + self._box_token(qa - offset)
-                # the buffer row of the row's bias: a box lands its tokens in ascending order
-                r = self._staged_row(r, offset)
-            elif const_expr(self.box_tokens > 1):
+            if const_expr(self.box_tokens > 1):
                 q_box = qa - (r // self.group) % self.box_tokens
             # element c's distance qa - n0 - c, from the row's slice start (d0)
             base = qa - n0 - self._slice_start(q_box, n0)
@@ -1420,24 +1416,6 @@ class RelAttnFwdSm90:
         if const_expr(self.odd_rows_paired):
             tok = tok ^ ((offset + 1) & 1)
         return tok
-
-    def _box_token(self, tok):
-        """The first (smallest) token of the bias box that holds the rows of token ``tok``, where
-        ``tok`` is the token of one of the box's first ``G`` rows: ``tok`` itself, except with
-        ``odd_rows_paired`` over boxes of two or more tokens, whose first rows may hold the pair's
-        second token: ``tok`` rounded down to ``box_tokens`` (a power of two; an M tile starts at
-        a multiple of it). Integer work only."""
-        if self.odd_rows_paired and self.box_tokens > 1:
-            return tok & ~(self.box_tokens - 1)
-        return tok
-
-    def _staged_row(self, r, offset):
-        """The bias buffer's row of tile row ``r``: ``r``, except with ``odd_rows_paired`` over boxes
-        of two or more tokens, which land their tokens in ascending order while the tile swaps
-        each pair when ``offset`` is even: then ``r`` with the pair's two halves swapped back."""
-        if self.odd_rows_paired and self.box_tokens > 1:
-            return r ^ (self.group * ((offset + 1) & 1))
-        return r
 
     @cute.jit
     def _chunk_at(self, mX: cute.Tensor, tQcQ, m: cutlass.Constexpr, m_block, q_start, q_head0, offset):

@@ -98,9 +98,6 @@ VARIANTS = {
     # one token's G rows a bias box (the build before bias_box_rows=8: 144 distances a row at G 4,
     # about 2 shared-memory wavefronts a 16-bit bias load there against the build's 1.5)
     "box_token": dict(bias_box_rows=0),
-    # 16-row bias boxes: at G 8 a token pair a box (8 TMA boxes a band tile, not 16; the rows of
-    # each 136 distances as in the build), at G 4 four tokens (144 distances: more bank conflicts)
-    "box16": dict(bias_box_rows=16),
     # G 8 without odd_rows_paired (the build before a2c221e's adoption: 64 16-bit bias loads a
     # band tile a thread, not 16 32-bit ones and 32 16-bit ones)
     "unpaired": dict(odd_rows_paired=False),

@@ -27,12 +27,8 @@
 #            in three rounds, then targets.py's verdict
 #   gap      meta/tools/graph_gap_probe.py on the chunks at page 128 (ours and flash-attn-4 without
 #            the bias): CUPTI's kernel time eager and replayed, against the event clocks
-#   box16    the trial option bias_box_rows=16 (at G 8 a token pair a bias box, 8 TMA boxes a band
-#            tile instead of 16; at G 4 four tokens): its probe, cute_ws_bench against the build in
-#            both orders (eager medians), then the conformance matrix and the CuTe runtime tests
-#            with SCHEDULE's bias_box_rows=8 made 16 in the device copy (restored after)
 set -uo pipefail
-step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone|rounds|serving|gap|box16 SHA}
+step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone|rounds|serving|gap SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -80,21 +76,5 @@ case $step in
     timeout 300 python3 meta/tools/graph_gap_probe.py --cases chunk2k_on16k_x4 --pages 128 --peers ours,fa4_nobias \
       > "$out/graph_gap_probe_$sha.log" 2>&1
     echo "gap exit $?"; tail -30 "$out/graph_gap_probe_$sha.log" ;;
-  box16)
-    timeout 60 python3 meta/tools/cute_ws_bench.py --probe box16 > "$out/probe_box16_$sha.log" 2>&1; tail -1 "$out/probe_box16_$sha.log"
-    cases=prefill8k_global_page128,prefill8k_global_page16,chunk2k_on16k_x4_page16,prefill8k_sliding_page128,serving_chunk2k_decodes63_global_page16
-    for order in default,box16 box16,default; do
-      timeout 170 python3 meta/tools/cute_ws_bench.py --out "$out/$order" --variants $order --cases $cases > "$out/box16_${order//,/_}_$sha.log" 2>&1
-      echo "== $order exit $?"; tail -6 "$out/box16_${order//,/_}_$sha.log"
-    done
-    kernel=inkling_ops/kernels/cute_fwd_sm90.py
-    cp $kernel /tmp/cute_fwd_sm90.py.keep
-    sed -i 's/ bias_box_rows=8,/ bias_box_rows=16,/' $kernel
-    if grep -q " bias_box_rows=16," $kernel; then
-      timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_conformance.py tests/test_cute_runtime.py -k cute -rfE \
-        > "$out/cute_conformance_box16_$sha.log" 2>&1
-      echo "conformance with bias_box_rows=16 exit $?"; tail -3 "$out/cute_conformance_box16_$sha.log"
-    else echo "could not set bias_box_rows=16 in SCHEDULE"; fi
-    cp /tmp/cute_fwd_sm90.py.keep $kernel ;;
-  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds|serving|gap|box16)"; exit 2 ;;
+  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds|serving|gap)"; exit 2 ;;
 esac
