@@ -30,3 +30,16 @@ def test_candidates_are_distinct_and_cover_both_kinds():
     candidates = tuning.candidates()
     assert len(candidates) == len(set(candidates))
     assert {kind for kind, _ in candidates} == {"prefill", "decode"}
+
+
+def test_graph_gap_probe_refuses_negative_rounds_and_reps(capsys):
+    """``graph_gap_probe.py`` exits with a usage error naming the flag for ``--rounds`` below 0 and
+    ``--reps`` below 1, before it touches a GPU."""
+    import pytest
+
+    probe = load_tool("graph_gap_probe")
+    for argv, message in ((["--rounds", "-2"], "--rounds is -2"), (["--reps", "0"], "argument --reps")):
+        with pytest.raises(SystemExit) as exit_info:
+            probe.main(argv)
+        assert exit_info.value.code == 2, argv
+        assert message in capsys.readouterr().err, argv

@@ -116,13 +116,15 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", default="chunk2k_on16k_x4,prefill8k_global")
     parser.add_argument("--pages", default="16,128")
     parser.add_argument("--peers", default="ours,fa4_nobias")
-    parser.add_argument("--reps", type=int, default=20, help="profiled calls per mode")
+    parser.add_argument("--reps", type=bm._positive_int, default=20, help="profiled calls per mode")
     parser.add_argument(
         "--rounds", type=int, default=0,
         help="instead of the above: ROUNDS rounds of graph, eager, and graph with the GPU idle 5 ms before each "
         "replay, each followed by the SM clock and the clock-event reasons nvidia-smi reads then",
     )
     args = parser.parse_args(argv)
+    if args.rounds < 0:
+        parser.error(f"--rounds is {args.rounds}; expected 0 (off) or a positive count")
     device = torch.device("cuda")
     cases = {c.name: c for c in map(bm.case_from_dict, bm.EMBEDDED_CASES)}
     cfg = bm.TimingConfig(warmup_ms=25, rep_ms=100, graph_reps=100)
