@@ -912,6 +912,23 @@ def l2_flusher(kind: str, device: torch.device) -> Callable[[], None]:
     return lambda: words.sum()
 
 
+def capture_graph(fn: Callable, device: torch.device) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of one ``fn`` call, captured after three warm calls on a side stream (as
+    capture requires), the device synchronized before and after the capture."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize(device)
+    return graph
+
+
 def time_cuda_graph(fn: Callable, cfg: TimingConfig, device: torch.device) -> float:
     """Median ms of replaying a CUDA graph of one ``fn`` call, with the L2 flushed (eagerly) before each replay.
 
@@ -920,17 +937,7 @@ def time_cuda_graph(fn: Callable, cfg: TimingConfig, device: torch.device) -> fl
     it): without that warmup, the 1 x 128K decode measured 34.3-34.6 us inside the benchmark
     and 33.0-33.4 us when timed in a process of its own (meta/logs/why_decode128k_16f519e.log).
     """
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(3):  # warm up on a side stream, as capture requires
-            fn()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    torch.cuda.synchronize(device)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    torch.cuda.synchronize(device)
+    graph = capture_graph(fn, device)
     flush = l2_flusher(cfg.l2_flush, device)
     warm_start, warm_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     warm_start.record()

@@ -27,26 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import benchmark as bm  # noqa: E402
 
 
-def captured(fn, device) -> torch.cuda.CUDAGraph:
-    """A CUDA graph of one ``fn`` call, captured after three warm calls on a side stream."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
-
-
 def kernel_times(fn, *, graph: bool, flush, reps: int, device) -> dict[str, tuple[float, int]]:
     """(median CUPTI duration in ms, count) per kernel name over ``reps`` calls (or replays of a
     graph of one call), each after ``flush``; the flush's own kernels are left out."""
     from torch.profiler import ProfilerActivity, profile
 
-    run = captured(fn, device).replay if graph else fn
+    run = bm.capture_graph(fn, device).replay if graph else fn
     for _ in range(3):
         flush()
         run()
@@ -85,7 +71,7 @@ def idle_replays(fn, cfg, device, idle_ms: float = 5.0) -> float:
     the GPU idle ``idle_ms`` before each flush (the host sleeps with the queue empty)."""
     import time
 
-    g = captured(fn, device)
+    g = bm.capture_graph(fn, device)
     flush = bm.l2_flusher("zero", device)
     times = []
     for _ in range(cfg.graph_reps // 2):
