@@ -57,6 +57,14 @@ CASES = {
     "chunk2k_on16k_x4_page64": dict(q_lens=[2048] * 4, kv_lens=[16384] * 4, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=64),
     "serving_chunk2k_decodes63_global_page64": dict(q_lens=[2048] + [1] * 63, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=1, rel_extent=1024, page_size=64),
     "serving_chunk2k_decodes63_sliding_page64": dict(q_lens=[2048] + [1] * 63, kv_lens=[8192] * 64, num_heads=8, num_kv_heads=2, rel_extent=512, window_left=511, page_size=64),
+    # the 8K sliding prefill's window swept (meta/tools/window_fit.py fits time = CTA cost + tile
+    # cost x tiles a CTA walks): E = window + 1 makes every walked tile a band tile; E 512 with a
+    # wider window adds plain tiles to the same band
+    "sliding_w255e256_page128": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=256, window_left=255, page_size=128),
+    "sliding_w1023e1024_page128": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=1024, window_left=1023, page_size=128),
+    "sliding_w2047e2048_page128": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=2048, window_left=2047, page_size=128),
+    "sliding_w1023e512_page128": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=1023, page_size=128),
+    "sliding_w2047e512_page128": dict(q_lens=[8192], kv_lens=[8192], num_heads=8, num_kv_heads=2, rel_extent=512, window_left=2047, page_size=128),
 }  # fmt: skip
 #: the variants timed on each case (besides the default). The variants measured at 58f8ec6
 #: (bias_stages, tiles_per_cta, bias_tiles, debug_all_plain) belong to that commit's kernel; see
