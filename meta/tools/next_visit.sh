@@ -27,8 +27,11 @@
 #            in three rounds, then targets.py's verdict
 #   gap      meta/tools/graph_gap_probe.py on the chunks at page 128 (ours and flash-attn-4 without
 #            the bias): CUPTI's kernel time eager and replayed, against the event clocks
+#   window   8K sliding at windows 255 to 2047 (cute_ws_bench: the build, allplain, bias_nostage,
+#            Triton, flash-attn-4 without the bias), then meta/tools/window_fit.py: what a CTA costs
+#            once against what a key tile costs
 set -uo pipefail
-step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone|rounds|serving|gap SHA}
+step=${1:?usage: next_visit.sh checks|page64|page64peers|hd64pages|alone|rounds|serving|gap|window SHA}
 sha=${2:?usage: next_visit.sh STEP SHA}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -76,5 +79,11 @@ case $step in
     timeout 300 python3 meta/tools/graph_gap_probe.py --cases chunk2k_on16k_x4 --pages 128 --peers ours,fa4_nobias \
       > "$out/graph_gap_probe_$sha.log" 2>&1
     echo "gap exit $?"; tail -30 "$out/graph_gap_probe_$sha.log" ;;
-  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds|serving|gap)"; exit 2 ;;
+  window)
+    timeout 560 python3 meta/tools/cute_ws_bench.py --out "$out/window" --variants allplain,bias_nostage \
+      --cases prefill8k_sliding_page128,sliding_w255e256_page128,sliding_w1023e1024_page128,sliding_w2047e2048_page128,sliding_w1023e512_page128,sliding_w2047e512_page128 \
+      > "$out/window_$sha.log" 2>&1
+    echo "window exit $?"; tail -8 "$out/window_$sha.log"
+    python3 meta/tools/window_fit.py "$out/window/cute_ws_bench.json" ;;
+  *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds|serving|gap|window)"; exit 2 ;;
 esac

@@ -9,7 +9,7 @@ the pipeline's fill and drain, the epilogue) weighs more there than at 8K global
 same layer at several windows changes the tiles a CTA walks and nothing else: 512 CTAs (32
 tokens of a KV head each at ``G`` 4). This tool counts, for each ``sliding_w{W}e{E}`` case (and
 ``prefill8k_sliding``, window 511 and E 512), the tiles a CTA walks as the kernel's tile ranges
-give them (:func:`walk`), then fits, for each timed column (``cute_ms``, ``allplain_ms``,
+give them (:func:`walk`), then fits, for each timed column (``cute_ms``, ``bias_nostage_ms``, ``allplain_ms``,
 ``fa4_nobias_ms``; flash-attn-4 is counted with our tiles, an approximation), ``time = CTAs an
 SM x (per_cta + per_tile x tiles a CTA)`` over the cases whose walked tiles are all band tiles
 (E = window + 1). The cases with E 512 and a wider window are printed beside it: their extra
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 #: the kernel's tile (rows of the M tile, keys of a key tile) and the sweep's layer
 TILE_M, TILE_N = 128, 128
 TOKENS, GROUP, KV_HEADS = 8192, 4, 2
-COLUMNS = ("cute_ms", "allplain_ms", "fa4_nobias_ms")
+COLUMNS = ("cute_ms", "bias_nostage_ms", "allplain_ms", "fa4_nobias_ms")
 
 
 @dataclass(frozen=True)
