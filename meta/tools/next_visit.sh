@@ -27,7 +27,7 @@
 #            in three rounds, then targets.py's verdict
 #   gap      meta/tools/graph_gap_probe.py on the chunks at page 128 (ours and flash-attn-4 without
 #            the bias): CUPTI's kernel time eager and replayed, against the event clocks
-#   window   8K sliding at windows 255 to 2047 (cute_ws_bench: the build, allplain, bias_nostage,
+#   window   8K sliding at windows 255 to 2047 (cute_ws_bench: the build, allplain, bias_nostage, nopingpong,
 #            Triton, flash-attn-4 without the bias), then meta/tools/window_fit.py: what a CTA costs
 #            once against what a key tile costs
 set -uo pipefail
@@ -80,7 +80,7 @@ case $step in
       > "$out/graph_gap_probe_$sha.log" 2>&1
     echo "gap exit $?"; tail -30 "$out/graph_gap_probe_$sha.log" ;;
   window)
-    timeout 560 python3 meta/tools/cute_ws_bench.py --out "$out/window" --variants allplain,bias_nostage \
+    timeout 560 python3 meta/tools/cute_ws_bench.py --out "$out/window" --variants allplain,bias_nostage,nopingpong \
       --cases prefill8k_sliding_page128,sliding_w255e256_page128,sliding_w1023e1024_page128,sliding_w2047e2048_page128,sliding_w1023e512_page128,sliding_w2047e512_page128 \
       > "$out/window_$sha.log" 2>&1
     echo "window exit $?"; tail -8 "$out/window_$sha.log"

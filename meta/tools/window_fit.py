@@ -8,12 +8,13 @@ The 8K sliding layer's CTAs walk about five key tiles each, so what a CTA costs 
 the pipeline's fill and drain, the epilogue) weighs more there than at 8K global. Timing the
 same layer at several windows changes the tiles a CTA walks and nothing else: 512 CTAs (32
 tokens of a KV head each at ``G`` 4). This tool counts, for each ``sliding_w{W}e{E}`` case (and
-``prefill8k_sliding``, window 511 and E 512), the tiles a CTA walks as the kernel's tile ranges
-give them (:func:`walk`), then fits, for each timed column (``cute_ms``, ``bias_nostage_ms``, ``allplain_ms``,
-``fa4_nobias_ms``; flash-attn-4 is counted with our tiles, an approximation), ``time = CTAs an
-SM x (per_cta + per_tile x tiles a CTA)`` over the cases whose walked tiles are all band tiles
-(E = window + 1). The cases with E 512 and a wider window are printed beside it: their extra
-tiles are plain, so the fit's residual there is what a plain tile costs less than a band tile.
+``prefill8k_sliding``, window 511 and E 512) the tiles a CTA walks as the kernel's tile ranges
+give them (:func:`walk`), then fits, for each timed column (the build ``cute_ms`` and the
+variants ``nopingpong_ms``, ``bias_nostage_ms``, ``allplain_ms``; ``fa4_nobias_ms`` counted
+with our tiles, an approximation), ``time = CTAs an SM x (per_cta + per_tile x tiles a CTA)``
+over the cases whose walked tiles are all band tiles (E = window + 1). The cases with E 512
+and a wider window are printed beside it: their extra tiles are plain, so the fit's residual
+there is what a plain tile costs less than a band tile.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 #: the kernel's tile (rows of the M tile, keys of a key tile) and the sweep's layer
 TILE_M, TILE_N = 128, 128
 TOKENS, GROUP, KV_HEADS = 8192, 4, 2
-COLUMNS = ("cute_ms", "bias_nostage_ms", "allplain_ms", "fa4_nobias_ms")
+COLUMNS = ("cute_ms", "nopingpong_ms", "bias_nostage_ms", "allplain_ms", "fa4_nobias_ms")
 
 
 @dataclass(frozen=True)
