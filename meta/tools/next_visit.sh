@@ -80,10 +80,15 @@ case $step in
       > "$out/graph_gap_probe_$sha.log" 2>&1
     echo "gap exit $?"; tail -30 "$out/graph_gap_probe_$sha.log" ;;
   window)
-    timeout 560 python3 meta/tools/cute_ws_bench.py --out "$out/window" --variants allplain,bias_nostage,nopingpong \
-      --cases prefill8k_sliding_page128,sliding_w255e256_page128,sliding_w1023e1024_page128,sliding_w2047e2048_page128,sliding_w1023e512_page128,sliding_w2047e512_page128 \
-      > "$out/window_$sha.log" 2>&1
-    echo "window exit $?"; tail -8 "$out/window_$sha.log"
-    python3 meta/tools/window_fit.py "$out/window/cute_ws_bench.json" ;;
+    # twice, the variants in the other order the second time (cute_ws_bench's order effect);
+    # PASSES=1 or PASSES=2 runs one (a call of its own each, under the 600 s limit)
+    cases=prefill8k_sliding_page128,sliding_w255e256_page128,sliding_w1023e1024_page128,sliding_w2047e2048_page128,sliding_w1023e512_page128,sliding_w2047e512_page128
+    for pass in ${PASSES:-1 2}; do
+      variants=allplain,bias_nostage,nopingpong; [ $pass = 2 ] && variants=nopingpong,bias_nostage,allplain
+      timeout 280 python3 meta/tools/cute_ws_bench.py --out "$out/window$pass" --variants $variants --cases $cases \
+        > "$out/window${pass}_$sha.log" 2>&1
+      echo "window pass $pass exit $?"; tail -8 "$out/window${pass}_$sha.log"
+      python3 meta/tools/window_fit.py "$out/window$pass/cute_ws_bench.json"
+    done ;;
   *) echo "unknown step $step (checks|page64|page64peers|hd64pages|alone|rounds|serving|gap|window)"; exit 2 ;;
 esac
