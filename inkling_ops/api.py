@@ -29,8 +29,9 @@ def _direct_call_allowed() -> bool:
     only outside ``torch.compile`` / ``torch.export`` / ``torch.jit.trace`` tracing, with no
     torch-function or dispatch mode active (fake tensors, functionalization, debug modes all see
     the op) and the profiler off (so the op shows in profiles under its name). The arguments are
-    plain tensors (checked by the caller). What is skipped is the dispatcher's own per-call cost;
-    the result is the same computation."""
+    plain tensors and q is on the CPU or a CUDA device (checked by the caller: meta tensors go
+    through the dispatcher to the op's fake implementation). What is skipped is the dispatcher's
+    own per-call cost; the result is the same computation."""
     return not (_compiling() or _function_mode_on() or _dispatch_modes() or _tracing() or _profiler_on())
 
 
@@ -78,7 +79,7 @@ def rel_attn(
     if softmax_scale is None and type(q) is _Tensor:
         softmax_scale = _default_scale(q)
     if (
-        type(q) is _Tensor and type(key_cache) is _Tensor and type(value_cache) is _Tensor
+        type(q) is _Tensor and (q.is_cuda or q.is_cpu) and type(key_cache) is _Tensor and type(value_cache) is _Tensor
         and type(block_table) is _Tensor and type(cache_seqlens) is _Tensor and type(cu_seqlens_q) is _Tensor
         and type(rel_logits) is _Tensor and (out is None or type(out) is _Tensor)
         and type(max_seqlen_q) is int and type(softmax_scale) is float and type(num_splits) is int
@@ -93,7 +94,16 @@ def rel_attn(
         )  # fmt: skip
         return out
     args = (q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits)
-    check_kinds(args, out, max_seqlen_q, softmax_scale, window_size, num_splits, backend)
+    if any(isinstance(a, torch.fx.Proxy) for a in (*args, out)):
+        # torch.fx.symbolic_trace: the op records itself, and its checks run when the graph does;
+        # the default scale would need q's head_dim, which a Proxy does not know
+        if softmax_scale is None:
+            raise TypeError(
+                "inkling::rel_attn: argument 'softmax_scale' is None; under torch.fx symbolic tracing it must "
+                "be given (q is a Proxy, whose head_dim is not known)"
+            )
+    else:
+        check_kinds(args, out, max_seqlen_q, softmax_scale, window_size, num_splits, backend)
     if softmax_scale is None:
         softmax_scale = _default_scale(q)
     options = dict(

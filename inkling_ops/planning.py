@@ -97,6 +97,10 @@ def select_backend(
         if reason is None:
             return backend, skipped
         skipped.append(f"{backend.name}: {reason}")
+    if not skipped:
+        devices = sorted({d for b in _BACKENDS for d in b.default_device_types})
+        raise ValueError(f"{OP_NAME}: no backend runs calls on device type {problem.device_type!r}; "
+                         f"the tensors must be on one of {devices}")
     raise ValueError(f"{OP_NAME}: no backend runs this call on {problem.device_type}: " + "; ".join(skipped))
 
 

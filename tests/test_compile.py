@@ -395,3 +395,70 @@ def test_steps_share_cache_and_table_shapes():
     for i in (2, 3, 4, 5, 6):  # key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q
         assert small[i].shape == large[i].shape
     assert (small[1].shape[0], small[-1]) == (3, 2) and (large[1].shape[0], large[-1]) == (64, 63)
+
+
+# --------------------------------------------------------------------------------------------------
+# meta tensors and torch.fx symbolic tracing through the Python API
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", ["api", "api_out", "compat"])
+def test_meta_tensors_take_the_fake_implementation(entry):
+    """A call whose tensors are all on the meta device (shape inference, meta-device model init)
+    returns a meta tensor of q's shape through every entry point, as ``torch.ops`` does; the API's
+    direct path (CPU and CUDA only) must not take it and then find no backend for 'meta'."""
+    from inkling_ops.compat import inkling_fa4_rel_attention
+
+    case = make_case([3, 1], [20, 9], num_heads=4, num_kv_heads=2, head_dim=32).to("meta")
+    kwargs = dict(
+        block_table=case.block_table, cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q,
+        rel_logits=case.rel_logits, max_seqlen_q=case.max_seqlen_q, softmax_scale=case.softmax_scale,
+    )  # fmt: skip
+    if entry == "compat":
+        got = inkling_fa4_rel_attention(
+            case.q, case.key_cache, case.value_cache, causal=True, window_size=(-1, -1),
+            rel_extent=case.rel_logits.shape[-1], **kwargs,
+        )  # fmt: skip
+    elif entry == "api_out":
+        out = torch.empty_like(case.q)
+        got = inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, out=out, **kwargs)
+        assert got is out
+    else:
+        got = inkling_ops.rel_attn(case.q, case.key_cache, case.value_cache, **kwargs)
+    assert got.device.type == "meta" and got.shape == case.q.shape and got.dtype == case.q.dtype
+    want = torch.ops.inkling.rel_attn(*_op_args(case)[0], **_op_args(case)[1])
+    assert want.device.type == "meta" and want.shape == got.shape
+
+
+def test_symbolic_trace_records_the_op():
+    """``torch.fx.symbolic_trace`` of a module calling ``inkling_ops.rel_attn`` records the op
+    (the API's argument kind checks are left to the op when the arguments are Proxies), and the
+    traced module computes what the module does."""
+    case = make_case([3, 1], [20, 9], num_heads=4, num_kv_heads=2, head_dim=32)
+
+    class Attn(torch.nn.Module):
+        def forward(self, q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits):
+            return inkling_ops.rel_attn(
+                q, key_cache, value_cache, block_table=block_table, cache_seqlens=cache_seqlens,
+                cu_seqlens_q=cu_seqlens_q, rel_logits=rel_logits, max_seqlen_q=3, softmax_scale=1 / 32,
+            )  # fmt: skip
+
+    traced = torch.fx.symbolic_trace(Attn())
+    assert any(node.target is torch.ops.inkling.rel_attn.default for node in traced.graph.nodes)
+    args = _op_args(case)[0]
+    torch.testing.assert_close(traced(*args), Attn()(*args), rtol=0, atol=0)
+
+
+def test_symbolic_trace_needs_softmax_scale():
+    """Under symbolic tracing the default scale (1 / head_dim) cannot be read from a Proxy: the
+    call says so by naming the argument instead of failing inside torch.fx."""
+
+    class Attn(torch.nn.Module):
+        def forward(self, q, key_cache, value_cache, block_table, cache_seqlens, cu_seqlens_q, rel_logits):
+            return inkling_ops.rel_attn(
+                q, key_cache, value_cache, block_table=block_table, cache_seqlens=cache_seqlens,
+                cu_seqlens_q=cu_seqlens_q, rel_logits=rel_logits, max_seqlen_q=3,
+            )  # fmt: skip
+
+    with pytest.raises(TypeError, match="argument 'softmax_scale' is None; under torch.fx symbolic tracing"):
+        torch.fx.symbolic_trace(Attn())

@@ -518,3 +518,13 @@ def test_arch_names_and_capabilities_round_trip_through_one_parser():
             arch_capability(bad)
     with pytest.raises(ValueError, match="arch is 'sm_x'"):
         DeviceFacts(arch="sm_x", num_sms=1)
+
+
+def test_plan_on_a_device_no_backend_runs_says_which_devices_do():
+    """A problem on a device type no backend runs (only the dispatcher's fake implementation
+    takes meta tensors) is refused with the device types that are run, not an empty reason."""
+    from inkling_ops.testing import make_case
+
+    problem = make_case([2], [5]).problem()._replace(device_type="meta")
+    with pytest.raises(ValueError, match=r"no backend runs calls on device type 'meta'; .* one of \['cpu', 'cuda'\]"):
+        planning.plan(problem, DeviceFacts(arch="cpu", num_sms=2))
