@@ -15,7 +15,9 @@ Layout (docs/compile_keys.md has an example)::
 An entry is written into a temporary directory and renamed into place, so readers see a
 complete entry or none; when another process renamed its copy first, ours is discarded. An
 entry whose files do not match its manifest (truncated, corrupt, or no manifest) is reported
-with ``warnings.warn`` and rebuilt, never fatal. This module knows nothing of Triton: a
+with ``warnings.warn`` and rebuilt, never fatal. A store that cannot be written (a read-only
+file system, no permission) is reported once with ``warnings.warn``, and the process keeps the
+kernels it builds under a temporary directory of its own. This module knows nothing of Triton: a
 backend gives it bytes and gets paths back.
 """
 
@@ -133,6 +135,7 @@ class KernelStore:
     :func:`cute_fingerprint`) names the directory ``<arch>-<family>-<digest>``."""
 
     def __init__(self, arch: str, *, root: Path | str | None = None, facts: dict | None = None):
+        self.arch = arch
         self.root = Path(root) if root is not None else cache_dir()
         self.facts = facts if facts is not None else fingerprint(arch)
         digest = _sha256(json.dumps(self.facts, sort_keys=True).encode())[:16]
@@ -249,6 +252,8 @@ class KernelStore:
         vanished: FileNotFoundError | None = None
         for _ in range(4):
             paths = self.get(entry)
+            if paths is None and self.directory in _WARNED_UNWRITABLE:
+                paths = self._fallback_store().get(entry)  # built by this process after the store refused it
             if paths is not None:
                 try:
                     return load(paths), "loaded" if built is None else "compiled"
@@ -265,7 +270,27 @@ class KernelStore:
                 return load(self.put(entry, built, describe=describe)), "compiled"
             except FileNotFoundError as exc:
                 vanished = self._vanished(exc, entry)
+            except OSError as exc:  # a store we cannot write (read-only, a file in its path, no permission)
+                return load(self._fallback(exc).put(entry, built, describe=describe)), "compiled"
         raise RuntimeError(f"inkling_ops kernel cache: entry {self.directory / entry} kept vanishing while it was loaded") from vanished
+
+    def _fallback(self, exc: OSError) -> KernelStore:
+        """The store this process writes in place of this one, which it cannot write (``exc``):
+        one of the same fingerprint under a temporary root of this process, removed at exit. Warns
+        once a store directory, naming ``INKLING_OPS_CACHE_DIR``: the kernels still run, but a
+        later process compiles them again."""
+        if self.directory not in _WARNED_UNWRITABLE:
+            _WARNED_UNWRITABLE.add(self.directory)
+            warnings.warn(
+                f"inkling_ops kernel cache: cannot write {self.directory} ({exc}); this process keeps its "
+                f"kernels under {_fallback_root()} instead, so later processes compile them again (set "
+                "INKLING_OPS_CACHE_DIR to a writable directory to keep them)",
+                stacklevel=3,
+            )
+        return self._fallback_store()
+
+    def _fallback_store(self) -> KernelStore:
+        return KernelStore(self.arch, root=_fallback_root(), facts=self.facts)
 
     def _vanished(self, exc: FileNotFoundError, entry: str) -> FileNotFoundError:
         """``exc`` when it is about a file of ``entry`` (the entry vanished under us); any other
@@ -280,8 +305,13 @@ class KernelStore:
         this store, so that a later process, which may never warm, can say in strict mode's error
         how a key it lacks differs from the warmed ones (:meth:`noted_keys`). Idempotent."""
         records = [json.dumps(fields, sort_keys=True).encode() for fields in keys]
-        if records:
+        if not records:
+            return
+        try:
             self._again_if_cleared(lambda: self._note_once(records))
+        except OSError as exc:  # a store we cannot write: the records only improve strict mode's errors
+            warnings.warn(f"inkling_ops kernel cache: cannot record warmed keys in {self.directory} ({exc})",
+                          stacklevel=2)  # fmt: skip
 
     def _note_once(self, records: list[bytes]) -> None:
         self._make_directory()
@@ -354,6 +384,20 @@ class KernelStore:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
         tmp.write_bytes(data)
         os.replace(tmp, path)
+
+
+#: store directories this process found it cannot write (KernelStore._fallback warned for each)
+_WARNED_UNWRITABLE: set[Path] = set()
+
+
+@functools.lru_cache(maxsize=1)
+def _fallback_root() -> Path:
+    """A temporary root of this process for the kernels of stores it cannot write, removed at exit."""
+    import atexit
+
+    root = Path(tempfile.mkdtemp(prefix="inkling_ops_kernels_"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
 
 
 #: a store directory's name: ``<arch>-<digest>`` or ``<arch>-<family>-<digest>`` (KernelStore)

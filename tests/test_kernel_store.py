@@ -359,3 +359,53 @@ def test_the_triton_store_fingerprint_holds_ptxas_and_the_code_environment(tmp_p
         assert f"{name}={value}" in moved.facts["toolchain"]["triton_compiler"]["environment"]
         assert moved.directory != base
         monkeypatch.delenv(name)
+
+
+def test_a_store_that_cannot_be_written_warns_once_and_the_kernel_still_loads(tmp_path, monkeypatch):
+    """A cache path under a regular file (as a read-only or foreign directory would) cannot hold
+    entries: obtain() warns once, naming INKLING_OPS_CACHE_DIR, keeps the built files under a
+    temporary root of the process, loads them from there, and does not build them again."""
+    blocker = tmp_path / "not_a_directory"
+    blocker.write_text("")
+    store = KernelStore("sm_90a", root=blocker / "cache")
+    builds = []
+
+    def build():
+        builds.append(1)
+        return {"k.bin": b"abc"}
+
+    with pytest.warns(UserWarning, match=r"cannot write .*INKLING_OPS_CACHE_DIR"):
+        value, how = store.obtain("e1", lambda paths: paths["k.bin"].read_bytes(), build)
+    assert (value, how) == (b"abc", "compiled")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning, no second build
+        assert store.obtain("e1", lambda paths: paths["k.bin"].read_bytes(), build) == (b"abc", "loaded")
+        store2 = KernelStore("sm_90a", root=blocker / "cache")
+        assert store2.obtain("e2", lambda paths: paths["k.bin"].read_bytes(), build)[0] == b"abc"
+    assert len(builds) == 2 and blocker.read_text() == ""
+
+
+def test_a_read_only_store_keeps_serving_its_entries(tmp_path, monkeypatch):
+    """Entries already in a store that refuses writes (a store filled elsewhere, mounted read-only)
+    still load; a new one goes to the process's fallback; warmed-key records are skipped with a
+    warning instead of failing the warmup."""
+    store = KernelStore("sm_90a", root=tmp_path)
+    store.put("old", {"k.bin": b"old"})
+
+    def refusing(method):
+        def write(self, *args, **kwargs):
+            if self.root == tmp_path:  # the mounted store; the process's fallback root writes
+                raise OSError(30, "Read-only file system")
+            return method(self, *args, **kwargs)
+
+        return write
+
+    monkeypatch.setattr(KernelStore, "_put_once", refusing(KernelStore._put_once))
+    monkeypatch.setattr(KernelStore, "_note_once", refusing(KernelStore._note_once))
+    read = lambda paths: paths["k.bin"].read_bytes()  # noqa: E731
+    assert store.obtain("old", read, lambda: {"k.bin": b"never"}) == (b"old", "loaded")
+    monkeypatch.setattr(kernel_cache, "_WARNED_UNWRITABLE", set())
+    with pytest.warns(UserWarning, match="Read-only file system"):
+        assert store.obtain("new", read, lambda: {"k.bin": b"new"}) == (b"new", "compiled")
+    with pytest.warns(UserWarning, match="cannot record warmed keys"):
+        store.note_keys([{"a": 1}])
