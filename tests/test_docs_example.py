@@ -53,3 +53,24 @@ def test_serving_example_graph_replays_on_cuda(capsys):
     backends = re.search(r"compile keys on backend '([a-z+]+)'", printed)
     assert backends and "triton" in backends.group(1).split("+"), printed
     assert "step 2: graph replay" in printed
+
+
+def test_architecture_backend_example_plugs_into_the_dispatcher(monkeypatch):
+    """docs/architecture.md's backend example, as written there: registered before Triton, it is
+    the default choice for a CUDA call it accepts (the dispatcher calls its methods with the
+    arguments it passes the built-in backends), and a head_dim it refuses names its reason."""
+    from inkling_ops import planning
+    from inkling_ops.compile_keys import DeviceFacts
+    from inkling_ops.testing import make_case
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "class MyBackend" in b)
+    # the registration is undone after the test; CuTe, ahead of Triton, is left out so that the
+    # example's place (before Triton) decides the default choice whatever CuTe's rule says
+    monkeypatch.setattr(planning, "_BACKENDS", [b for b in planning._BACKENDS if b.name != "cute"])
+    exec(compile(block, "docs/architecture.md", "exec"), {})
+    facts = DeviceFacts(arch="sm_90a", num_sms=132, capability=(9, 0))
+    problem = make_case([3], [9], head_dim=128).problem()._replace(device_type="cuda")
+    assert planning.select_backend(problem, facts, None)[0].name == "mine"
+    with pytest.raises(ValueError, match="head_dim 64 is not 128"):
+        planning.select_backend(problem._replace(head_dim=64), facts, "mine")
