@@ -25,6 +25,11 @@ OP_NAME = "inkling::rel_attn"
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
+#: the most keys a request's block-table row may address (max_blocks_per_seq * block_size): the
+#: kernels compute key indices in int32, and a tile's index past a capacity near 2**31 would wrap
+MAX_KV_CAPACITY = 2**30
+
+
 def _fail(arg: str, got: object, expected: str) -> ValueError:
     return ValueError(f"{OP_NAME}: argument '{arg}' is {got}; expected {expected}")
 
@@ -224,6 +229,14 @@ def check_call(
         # no page to address: a kernel that fetches a tile's page before knowing it has none would
         # read before the table (the clamps bound page indices by the width from above only)
         raise _fail("block_table", f"of shape {_shape(block_table)}", "max_blocks_per_seq >= 1 when there are requests and tokens")
+    if block_table.shape[1] * page_size > MAX_KV_CAPACITY:
+        # the kernels index a request's keys in int32: past this a tile's key index could wrap
+        raise _fail(
+            "block_table",
+            f"of shape {_shape(block_table)} at block_size {page_size} "
+            f"(room for {block_table.shape[1] * page_size} keys a request)",
+            f"max_blocks_per_seq * block_size <= {MAX_KV_CAPACITY} (2**30)",
+        )
 
     _check_int_kind("max_seqlen_q", max_seqlen_q)
     if num_tokens > 0 and max_seqlen_q <= 0:

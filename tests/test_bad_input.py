@@ -612,3 +612,28 @@ def test_a_zero_width_block_table_is_accepted_when_there_are_no_tokens():
     case = make_case(q_lens=[0, 0], kv_lens=[0, 0])
     out = inkling_ops.rel_attn(*case.args(), **(case.kwargs() | dict(block_table=case.block_table[:, :0])))
     assert out.shape == case.q.shape
+
+
+@pytest.mark.parametrize("entry", ["api", "ops"])
+def test_a_block_table_addressing_more_than_2_30_keys_is_refused(entry):
+    """A block-table row that can address more than 2**30 keys (max_blocks_per_seq * block_size)
+    is refused by name before any launch: the kernels index keys in int32, and near 2**31 a tile's
+    key index wraps (the Triton kernel then read before the table). 2**30 itself is accepted."""
+    case = make_case(q_lens=[2], kv_lens=[5], num_heads=1, num_kv_heads=1, head_dim=8, page_size=16)
+    page = 2**20  # a tiny cache with huge pages keeps the table small
+    key_cache = torch.zeros(1, page, 1, 8)
+    value_cache = torch.zeros(1, page, 1, 8)
+    kwargs = case.kwargs()
+
+    def call(width):
+        table = torch.zeros(1, width, dtype=torch.int32)
+        if entry == "api":
+            return inkling_ops.rel_attn(case.q, key_cache, value_cache, **(kwargs | dict(block_table=table)))
+        return torch.ops.inkling.rel_attn(
+            case.q, key_cache, value_cache, table, case.cache_seqlens, case.cu_seqlens_q, case.rel_logits,
+            max_seqlen_q=case.max_seqlen_q, softmax_scale=case.softmax_scale,
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match=r"'block_table' is of shape \(1, 1025\) at block_size 1048576 .*<= 1073741824"):
+        call(2**10 + 1)
+    assert call(2**10).shape == case.q.shape
