@@ -361,6 +361,29 @@ def test_the_triton_store_fingerprint_holds_ptxas_and_the_code_environment(tmp_p
         monkeypatch.delenv(name)
 
 
+def test_the_cute_store_fingerprint_holds_the_dsls_code_environment(tmp_path, monkeypatch):
+    """A CuTe kernel built with the DSL's debug info or line info (or other code-changing
+    settings) must not be served to a process that builds without, nor the reverse; the DSL's
+    arch (set on a CPU build machine, not on the GPU host) and its dump settings must not split
+    the store. With none of those variables set the fingerprint is the plain cute_fingerprint."""
+    from inkling_ops.backends.cute_backend import CuteBackend
+    from inkling_ops.kernels.cute_runtime import CODE_ENVIRONMENT
+
+    monkeypatch.setenv("INKLING_OPS_CACHE_DIR", str(tmp_path))
+    for name in (*CODE_ENVIRONMENT, "CUTE_DSL_ARCH", "CUTE_DSL_KEEP", "CUTE_DSL_DUMP_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    base = CuteBackend().store("sm_90a")
+    assert base.facts == kernel_cache.cute_fingerprint("sm_90a")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    monkeypatch.setenv("CUTE_DSL_KEEP", "ptx")
+    assert CuteBackend().store("sm_90a").directory == base.directory
+    for name in ("CUTE_DSL_LINEINFO", "CUTE_DSL_DEBUG", "CUTE_DSL_COMPILER_OPT"):
+        monkeypatch.setenv(name, "1")
+        moved = CuteBackend().store("sm_90a")
+        assert f"{name}=1;" in moved.facts["toolchain"]["dsl_environment"] and moved.directory != base.directory
+        monkeypatch.delenv(name)
+
+
 def test_a_store_that_cannot_be_written_warns_once_and_the_kernel_still_loads(tmp_path, monkeypatch):
     """A cache path under a regular file (as a read-only or foreign directory would) cannot hold
     entries: obtain() warns once, naming INKLING_OPS_CACHE_DIR, keeps the built files under a

@@ -205,11 +205,19 @@ class CuteBackend(Backend):
         return fwd_config(key), 0
 
     def store(self, arch: str) -> kernel_cache.KernelStore:
-        """The persistent store of ``arch`` CuTe kernels under the current cache root."""
+        """The persistent store of ``arch`` CuTe kernels under the current cache root. Its
+        fingerprint holds, besides :func:`~inkling_ops.kernel_cache.cute_fingerprint`'s facts, the
+        DSL's code-changing variables that are set (:data:`~inkling_ops.kernels.cute_runtime.CODE_ENVIRONMENT`)."""
         root = kernel_cache.cache_dir()
         store = self._stores.get((root, arch))
         if store is None:
-            store = self._stores[root, arch] = kernel_cache.KernelStore(arch, root=root, facts=kernel_cache.cute_fingerprint(arch))
+            from ..kernels.cute_runtime import code_environment
+
+            toolchain = dict(kernel_cache.toolchain_versions(kernel_cache.CUTE_TOOLCHAIN))
+            if code_environment():
+                toolchain["dsl_environment"] = code_environment()
+            facts = kernel_cache.cute_fingerprint(arch, toolchain=toolchain)
+            store = self._stores[root, arch] = kernel_cache.KernelStore(arch, root=root, facts=facts)
         return store
 
     def compile(self, key: CompileKey) -> list:

@@ -47,6 +47,23 @@ OBJECT = "kernel.o"
 SYMBOL = "kernel"
 DEFAULT_ARCH = "sm_90a"
 _KEEP_ARTIFACTS = ("ptx", "cubin", "sass")  # the CUTE_DSL_KEEP tokens cute.compile has options for
+#: environment variables that change the code the DSL makes: its settings that enter its own JIT
+#: cache key, less ``CUTE_DSL_ARCH`` (the store's arch is in its fingerprint already, and a build
+#: machine sets it where a GPU host does not) and the path of the DSL's libraries (which differs
+#: between machines that make the same code)
+CODE_ENVIRONMENT = tuple(
+    f"CUTE_DSL_{name}" for name in (
+        "DEBUG", "LINEINFO", "COMPILER_OPT", "COMPILER_BACKEND", "ENABLE_ASSERTIONS", "LOC_TRACEBACKS", "AUTO_M2S",
+        "TOLERATE_M2M", "ENABLE_PYIR", "ENABLE_TVM_FFI", "USE_EXTENSION_COMPILER", "DRYRUN",
+    )
+)  # fmt: skip
+
+
+def code_environment() -> str:
+    """The set variables of :data:`CODE_ENVIRONMENT`, ``NAME=value;`` each in order ("" when none
+    is set): a fact of the kernel store's fingerprint, so that a debug or line-info build is never
+    served to a process that builds without (or the reverse)."""
+    return "".join(f"{name}={os.environ[name]};" for name in CODE_ENVIRONMENT if name in os.environ)
 
 
 @dataclass(frozen=True)
