@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .compile_keys import STANDARD_LAYOUT, CompileKey, DeviceFacts, compile_key, split_count
+from .compile_keys import STANDARD_LAYOUT, CompileKey, DeviceFacts, KVLayout, compile_key, split_count
 from .heuristics import DEFAULT_SPLIT_POLICY, SplitPolicy, bucket_max_seqlen_q, bucket_pow2
 from .problem import RelAttnProblem
 
@@ -100,6 +100,18 @@ def problem_for(
 _OWN_PLAN = object()
 
 
+def config_layout(config: ServingConfig) -> KVLayout:
+    """The :class:`~inkling_ops.compile_keys.KVLayout` of ``config``'s calls on contiguous tensors
+    (what ``compile_keys.layout_of`` gives them): the standard layout, aligned when a row of
+    ``head_dim`` and a row of ``rel_extent`` elements are whole 16-byte units (for 2-byte types:
+    both multiples of 8), else the same layout unaligned. Pure."""
+    size = torch.empty(0, dtype=config.dtype).element_size()
+    kv_size = torch.empty(0, dtype=config.kv_dtype or config.dtype).element_size()
+    whole = (config.head_dim * size) % 16 == 0 and (config.head_dim * kv_size) % 16 == 0
+    aligned = whole and (config.rel_extent * size) % 16 == 0
+    return STANDARD_LAYOUT if aligned else STANDARD_LAYOUT._replace(aligned=False)
+
+
 def enumerate_compile_keys(
     config: ServingConfig,
     *,
@@ -116,10 +128,13 @@ def enumerate_compile_keys(
     prefers one backend on some calls). ``policy``: a split policy (None: never split) to use
     instead, for a backend that is not registered. Covers every max_seqlen_q in
     [1, min(max_num_batched_tokens, max_model_len)] and every request count in [1, max_num_seqs],
-    through their buckets, on the standard aligned tensor layout.
+    through their buckets, on the standard tensor layout of contiguous tensors
+    (:func:`config_layout`: unaligned when ``rel_extent`` or ``head_dim`` rows are not whole
+    16-byte units).
     """
     from . import planning  # planning imports the backends; serving stays importable without them
 
+    layout = config_layout(config)
     keys = set()
     registered = policy is _OWN_PLAN
     if not registered and backend is None:
@@ -132,15 +147,15 @@ def enumerate_compile_keys(
         if registered:
             if chosen is None:
                 target = problem._replace(device_type="cuda" if facts.arch.startswith("sm_") else "cpu")
-                on, _ = planning.select_backend(target, facts, None)
+                on, _ = planning.select_backend(target, facts, None, layout)
             elif chosen.why_not(problem, facts) is None:
                 on = chosen
             else:
                 continue
-            keys.add(planning.plan_for(on, problem, facts, STANDARD_LAYOUT).key)
+            keys.add(planning.plan_for(on, problem, facts, layout).key)
             continue
         splits = 1 if policy is None else split_count(problem, facts, policy)
-        keys.add(compile_key(problem, arch=facts.arch, backend=backend, splits=splits))
+        keys.add(compile_key(problem, arch=facts.arch, backend=backend, splits=splits, layout=layout))
     return keys
 
 

@@ -120,8 +120,13 @@ def check_compile(backend: str, key, describe: Callable[[], str] | None = None,
         return
     detail = f"; the call: {describe()}" if describe is not None else ""
     known = sorted(set(warmed_keys(backend)) | set(stored() if stored is not None else ()), key=repr)
+    if key in known:
+        why = ("Warmed, but its compiled kernel is no longer in the kernel store (removed, broken, or the "
+               "store moved: INKLING_OPS_CACHE_DIR)")
+    else:
+        why = f"Not warmed: {nearest_difference(key, known)}"
     raise StrictCompileError(
         f"inkling::rel_attn: strict mode is on and backend {backend!r} would compile {key} on the hot path. "
-        f"Not warmed: {nearest_difference(key, known)}{detail}. Warm this configuration first "
+        f"{why}{detail}. Warm this configuration first "
         "(inkling_ops.warmup / python -m inkling_ops warmup) or leave strict mode (INKLING_OPS_STRICT=0)."
     )

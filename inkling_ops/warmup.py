@@ -150,10 +150,12 @@ def warmup(
 
 
 def _warm_by_a_call(config: ServingConfig, key: CompileKey, *, max_q: int, device) -> None:
-    """One call with ``key``'s bucket on ``device``, for a backend that compiles only when it runs."""
+    """One call with ``key``'s bucket on ``device``, for a backend that compiles only when it runs
+    (two requests for a key of the compact grid, which a backend chooses for two or more)."""
     device = torch.device(device if device is not None else "cuda")
     max_seqlen_q = min(key.max_seqlen_q_bucket, max_q)
-    args, out = representative_args(config, max_seqlen_q=max_seqlen_q, num_reqs=1, device=device)
+    num_reqs = 2 if key.compact_grid else 1
+    args, out = representative_args(config, max_seqlen_q=max_seqlen_q, num_reqs=num_reqs, device=device)
     with torch.inference_mode():
         torch.ops.inkling.rel_attn_out(
             *args, max_seqlen_q=max_seqlen_q, softmax_scale=1.0 / config.head_dim,

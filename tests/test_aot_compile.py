@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from inkling_ops import kernel_cache, strict
+from inkling_ops import call_cache, kernel_cache, strict
 from inkling_ops.backends import triton_backend
 from inkling_ops.backends.triton_backend import TritonBackend, kernel_plan
 from inkling_ops.compile_keys import STANDARD_LAYOUT, compile_key, layout_of, split_count
@@ -464,11 +464,48 @@ def test_warmup_runs_a_call_for_a_backend_that_cannot_compile_from_a_key(monkeyp
     backend = RunToCompile()
     monkeypatch.setattr(planning, "_BACKENDS", [backend, *planning._BACKENDS])
     monkeypatch.setattr(dispatch, "_PLANS", {})
+    monkeypatch.setattr(call_cache, "_ENTRIES", {})  # entries name the backend object they planned on
     monkeypatch.setattr(strict, "_warmed", {})
     config = ServingConfig(**(TINY | dict(max_model_len=64)), dtype=torch.float32)
     summary = warmup(config, device="cpu", progress=False)
     assert summary.backend == "run-to-compile" and summary.launched == len(summary.keys) == len(backend.runs) > 1
     assert sorted(backend.runs) == sorted(min(k.max_seqlen_q_bucket, 32) for k in summary.keys)
+
+
+def test_warmup_by_calls_reaches_a_backends_compact_grid_keys(monkeypatch):
+    """The calls that warm a backend unable to compile from a key reach every key warmup
+    enumerates, those of a compact grid chosen for two or more requests (as the CuTe backend's
+    rule does) among them: a call of one request would plan the dense grid's key instead."""
+    from inkling_ops import dispatch, planning
+    from inkling_ops.backends.reference import ReferenceBackend
+    from inkling_ops.warmup import warmup
+
+    class RunToCompile(ReferenceBackend):
+        name = "run-to-compile"
+        default_device_types = ("cpu",)
+
+        def __init__(self):
+            self.keys = set()
+
+        def compact_grid(self, problem):
+            return problem.num_reqs >= 2 and problem.max_seqlen_q > 16
+
+        def compile(self, key):
+            raise NotImplementedError
+
+        def run(self, plan, problem, args, out):
+            self.keys.add(plan.key)
+            return super().run(plan, problem, args, out)
+
+    backend = RunToCompile()
+    monkeypatch.setattr(planning, "_BACKENDS", [backend, *planning._BACKENDS])
+    monkeypatch.setattr(dispatch, "_PLANS", {})
+    monkeypatch.setattr(call_cache, "_ENTRIES", {})  # entries name the backend object they planned on
+    monkeypatch.setattr(strict, "_warmed", {})
+    config = ServingConfig(**(TINY | dict(max_model_len=64)), dtype=torch.float32)
+    summary = warmup(config, device="cpu", progress=False)
+    assert any(key.compact_grid for key in summary.keys)
+    assert backend.keys == set(summary.keys)
 
 
 def test_an_entry_triton_cannot_load_is_rebuilt_with_a_warning(tmp_path, monkeypatch):

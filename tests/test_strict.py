@@ -50,6 +50,18 @@ def test_check_compile_names_the_key_and_the_configuration_field(monkeypatch):
     assert "max_seqlen_q_bucket=1 (warmed" not in message  # only the fields that differ
 
 
+def test_a_warmed_key_whose_kernel_left_the_store_says_so(monkeypatch):
+    """A key that was warmed (here, or recorded in the store) but must compile again has lost its
+    kernel from the store: the message says that, rather than listing no difference."""
+    key = compile_key(inkling_ops.problem_for(GLOBAL, num_tokens=64, num_reqs=64, max_seqlen_q=1),
+                      arch="sm_90a", backend="demo", splits=4)  # fmt: skip
+    monkeypatch.setattr(strict, "_warmed", {})
+    strict.note_warmed("demo", [key])
+    with strict.strict_compiles(), pytest.raises(strict.StrictCompileError) as info:
+        strict.check_compile("demo", key)
+    assert "Warmed, but its compiled kernel is no longer in the kernel store" in str(info.value)
+
+
 def test_environment_variable_turns_strict_mode_on():
     import subprocess
     import sys
@@ -137,3 +149,25 @@ def test_random_serving_calls_land_on_enumerated_keys(config, monkeypatch):
         assert plan.key in enumerated, f"{problem}: {plan.key} is not enumerated"
         reached.add(plan.key)
     assert len(reached) > 5  # the sweep reached several buckets, not one
+
+
+@pytest.mark.parametrize("rel_extent", [12, 100, 1024])
+def test_contiguous_calls_land_on_enumerated_keys_for_any_rel_extent(rel_extent):
+    """A contiguous call's layout (``layout_of``) is unaligned when rel_logits' rows are not whole
+    16-byte units (E not a multiple of 8 in bf16); the enumeration (what warmup compiles) holds
+    that layout's keys, so such a call does not compile on the run path (or fail in strict mode)."""
+    from inkling_ops import planning
+    from inkling_ops.compile_keys import layout_of
+    from inkling_ops.serving import config_layout
+    from inkling_ops.warmup import representative_args
+
+    config = ServingConfig(num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=rel_extent, page_size=16,
+                           max_num_seqs=8, max_num_batched_tokens=512, max_model_len=4096)  # fmt: skip
+    enumerated = enumerate_compile_keys(config, facts=H200, backend=None)
+    for max_q, reqs in ((1, 8), (300, 3), (512, 1)):
+        args, out = representative_args(config, max_seqlen_q=max_q, num_reqs=reqs, device=torch.device("cpu"))
+        layout = layout_of(args, out)
+        assert layout.aligned == config_layout(config).aligned == (rel_extent % 8 == 0)
+        problem = check_call(*args, max_q, 1.0 / 128, (-1, -1), True, 0, out)._replace(device_type="cuda")
+        key = planning.plan(problem, H200, None, layout=layout).key
+        assert key in enumerated, f"E {rel_extent}, max_seqlen_q {max_q}, {reqs} requests: {key} is not enumerated"
