@@ -346,3 +346,17 @@ def test_strided_index_tensors_match_reference(num_splits):
     expanded = one.cache_seqlens[:1].expand(1)  # stride 0 over one element: nothing to copy, still right
     got = inkling_ops.rel_attn(*one.args(), **(one.kwargs() | dict(cache_seqlens=expanded)), backend="triton")
     torch.testing.assert_close(got, inkling_ops.rel_attn(*one.args(), **one.kwargs(), backend="reference"), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_rows_before_a_first_request_that_does_not_start_at_0_stay_untouched(num_splits):
+    """Bad metadata: ``cu_seqlens_q`` starting at 2. The kernels clamp the first request to start
+    there, so rows 0 and 1 belong to no request: no path writes them, the combine kernel of three
+    splits included (its workspace rows for them hold stale values no split wrote)."""
+    case = make_case(q_lens=[2, 2, 2], kv_lens=[40, 33, 20], num_heads=4, num_kv_heads=2, rel_extent=16)
+    bad_cu = torch.tensor([2, 4, 6, 6], dtype=torch.int32)
+    out = torch.full_like(case.q, 7.0)
+    inkling_ops.rel_attn(*case.args(), **(case.kwargs() | dict(cu_seqlens_q=bad_cu)), backend="triton",
+                         num_splits=num_splits, out=out)  # fmt: skip
+    assert torch.all(out[:2] == 7.0)
+    assert torch.isfinite(out[2:]).all() and not torch.all(out[2:] == 7.0)

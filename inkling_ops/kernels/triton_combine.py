@@ -3,7 +3,8 @@
 Split ``s`` of row (t, h) left a normalized partial output ``O_s`` and a base-2 log-sum-exp
 ``L_s`` (-inf when the split saw no key). The merged row is
 ``sum_s 2^(L_s - M) O_s / sum_s 2^(L_s - M)`` with ``M = max_s L_s``; a row no split saw is 0.
-Rows at or past ``cu_seqlens_q[-1]`` are left untouched.
+Rows at or past ``cu_seqlens_q[-1]`` (and, for bad metadata, before ``cu_seqlens_q[0]``) are left
+untouched.
 """
 
 from __future__ import annotations
@@ -29,12 +30,15 @@ def rel_attn_combine_kernel(
     ``BLOCK_S`` splits at a time, so a program issues a few wide loads instead of a chain of
     ``NUM_SPLITS`` dependent ones.
 
-    Rows at or past ``cu_seqlens_q[-1]`` are read (the workspace has every row of ``out``) but not
-    stored: nothing waits on that bound, so the partial results and the bound are read at once
+    Rows before ``cu_seqlens_q[0]`` (which is 0 unless the metadata is bad) or at or past
+    ``cu_seqlens_q[-1]`` are read (the workspace has every row of ``out``) but not stored: no
+    split wrote their partial results, so they hold a workspace's stale values. Nothing waits on
+    those bounds, so the partial results and the bound are read at once
     (an early return on it put one more dependent memory round trip before every load).
     """
     t = tl.program_id(0)
-    num_rows = tl.load(cu_ptr + num_reqs)  # only the store waits on this
+    first_row = tl.load(cu_ptr)  # only the store waits on these two
+    num_rows = tl.load(cu_ptr + num_reqs)
     h = tl.program_id(1)
     offs_d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     row = t.to(tl.int64) * stride_pt + h * stride_ph
@@ -54,7 +58,9 @@ def rel_attn_combine_kernel(
         o = tl.load(part_out_ptr + p_row[:, None] * HEAD_DIM + offs_d[None, :], mask=s_ok[:, None], other=0.0)
         acc += tl.sum(w[:, None] * o, 0)
     res = acc / tl.where(total > 0.0, total, 1.0)
-    row_ok = offs_d < tl.where(t < num_rows, HEAD_DIM, 0)  # a row past the last request: no store
+    # a row before the first request or past the last: no store (with cu_seqlens_q[0] > 0, which
+    # the forward clamps into a first request starting there, the rows before it saw no split)
+    row_ok = offs_d < tl.where((t >= first_row) & (t < num_rows), HEAD_DIM, 0)
     tl.store(out_ptr + t.to(tl.int64) * stride_ot + h * stride_oh + offs_d, res.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
