@@ -15,6 +15,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
 
 import inkling_ops  # noqa: E402
 from inkling_ops.testing import make_case  # noqa: E402
@@ -360,3 +361,75 @@ def test_rows_before_a_first_request_that_does_not_start_at_0_stay_untouched(num
                          num_splits=num_splits, out=out)  # fmt: skip
     assert torch.all(out[:2] == 7.0)
     assert torch.isfinite(out[2:]).all() and not torch.all(out[2:] == 7.0)
+
+
+# --- bad device metadata under a bounds-checking interpreter (tests/triton_bounds.py) ---------------
+
+IMAX, IMIN = 2**31 - 1, -(2**31)
+
+
+def _bounds_guard():
+    from triton_bounds import bounds_checked, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no bounds checks on this Triton: {reason}")
+    return bounds_checked
+
+
+@triton.jit
+def _copy_kernel(src, dst, n, SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs + SHIFT, mask=offs < n), mask=offs < n)
+
+
+def test_the_bounds_guard_catches_a_read_past_a_tensor():
+    """The control: a copy that reads one element past its source raises under the guard, and
+    the same copy in bounds does not (a guard that never fires would make the tests below
+    unable to fail)."""
+    from triton_bounds import OutOfBounds
+
+    bounds_checked = _bounds_guard()
+    src, dst = torch.arange(8, dtype=torch.float32), torch.zeros(8)
+    with bounds_checked():
+        _copy_kernel[(1,)](src, dst, 8, SHIFT=0, BLOCK=8)
+    assert torch.equal(dst, src)
+    with pytest.raises(OutOfBounds, match=r"load in _copy_kernel .* \+32 bytes from the start of 'src'"):
+        with bounds_checked():
+            _copy_kernel[(1,)](src, dst, 8, SHIFT=1, BLOCK=8)
+
+
+#: (cu_seqlens_q, cache_seqlens, value written into every other block-table entry or None)
+BAD_METADATA = [
+    ([0, 1, 2, 3], [IMAX, IMIN, 5], IMAX),
+    ([IMIN, IMAX, IMIN, IMAX], [IMAX, IMAX, IMAX], IMIN),
+    ([2, 0, IMAX, 1], [0, 1, IMIN], -1),
+    ([0, 3, 3, 40], [700, 2, 64], None),
+    ([-1, -1, -1, -1], [IMAX, 0, 1], IMAX),
+]
+
+
+def _bad_case(cu, seqlens, table_value):
+    case = make_case(q_lens=[1, 1, 1], kv_lens=[300, 7, 64], rel_extent=16, num_heads=8, num_kv_heads=2,
+                     page_size=32, window_left=100, extra_tokens=2)  # fmt: skip
+    case.max_seqlen_q = 2
+    case.cu_seqlens_q = torch.tensor(cu, dtype=torch.int32)
+    case.cache_seqlens = torch.tensor(seqlens, dtype=torch.int32)
+    if table_value is not None:
+        case.block_table.view(-1)[::2] = table_value
+    return case
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 8])
+@pytest.mark.parametrize("metadata", BAD_METADATA, ids=[f"bad{i}" for i in range(len(BAD_METADATA))])
+def test_bad_metadata_stays_in_bounds_on_every_split_path(metadata, num_splits):
+    """int32 extremes, negative values, cu_seqlens_q not starting at 0 or decreasing, KV lengths
+    past the table and block ids out of range, on the unsplit forward, the in-kernel merge of 2
+    splits and the combine kernel of 3 and 8: every access of every kernel stays inside its
+    tensors, checked lane by lane (the guard raises OutOfBounds). The values are not checked:
+    clamped block ids read the NaN make_case plants in unused pages."""
+    bounds_checked = _bounds_guard()
+    case = _bad_case(*metadata)
+    out = torch.full_like(case.q, 7.0)
+    with bounds_checked(), inkling_ops.checked_mode(False):
+        inkling_ops.rel_attn(*case.args(), **case.kwargs(), backend="triton", num_splits=num_splits, out=out)
