@@ -102,13 +102,11 @@ _OWN_PLAN = object()
 
 def config_layout(config: ServingConfig) -> KVLayout:
     """The :class:`~inkling_ops.compile_keys.KVLayout` of ``config``'s calls on contiguous tensors
-    (what ``compile_keys.layout_of`` gives them): the standard layout, aligned when a row of
-    ``head_dim`` and a row of ``rel_extent`` elements are whole 16-byte units (for 2-byte types:
-    both multiples of 8), else the same layout unaligned. Pure."""
-    size = torch.empty(0, dtype=config.dtype).element_size()
-    kv_size = torch.empty(0, dtype=config.kv_dtype or config.dtype).element_size()
-    whole = (config.head_dim * size) % 16 == 0 and (config.head_dim * kv_size) % 16 == 0
-    aligned = whole and (config.rel_extent * size) % 16 == 0
+    (what ``compile_keys.layout_of`` gives them): the standard layout, aligned when the strides
+    ``layout_of`` tests are, in elements whatever the dtype: every stride of q, out, K and V a
+    multiple of 16 (``head_dim`` one), those of ``rel_logits`` multiples of 8 (``rel_extent``
+    one); else the same layout unaligned. Pure."""
+    aligned = config.head_dim % 16 == 0 and config.rel_extent % 8 == 0
     return STANDARD_LAYOUT if aligned else STANDARD_LAYOUT._replace(aligned=False)
 
 
@@ -129,8 +127,8 @@ def enumerate_compile_keys(
     instead, for a backend that is not registered. Covers every max_seqlen_q in
     [1, min(max_num_batched_tokens, max_model_len)] and every request count in [1, max_num_seqs],
     through their buckets, on the standard tensor layout of contiguous tensors
-    (:func:`config_layout`: unaligned when ``rel_extent`` or ``head_dim`` rows are not whole
-    16-byte units).
+    (:func:`config_layout`: unaligned when ``rel_extent`` is not a multiple of 8 or ``head_dim``
+    not one of 16).
     """
     from . import planning  # planning imports the backends; serving stays importable without them
 

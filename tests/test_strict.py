@@ -151,23 +151,27 @@ def test_random_serving_calls_land_on_enumerated_keys(config, monkeypatch):
     assert len(reached) > 5  # the sweep reached several buckets, not one
 
 
-@pytest.mark.parametrize("rel_extent", [12, 100, 1024])
-def test_contiguous_calls_land_on_enumerated_keys_for_any_rel_extent(rel_extent):
-    """A contiguous call's layout (``layout_of``) is unaligned when rel_logits' rows are not whole
-    16-byte units (E not a multiple of 8 in bf16); the enumeration (what warmup compiles) holds
-    that layout's keys, so such a call does not compile on the run path (or fail in strict mode)."""
+@pytest.mark.parametrize("rel_extent, head_dim, dtype", [
+    (12, 128, torch.bfloat16), (100, 128, torch.bfloat16), (1024, 128, torch.bfloat16), (100, 128, torch.float32),
+    (12, 128, torch.float32), (1024, 128, torch.float32), (16, 8, torch.float32), (16, 24, torch.bfloat16),
+])  # fmt: skip
+def test_contiguous_calls_land_on_enumerated_keys_for_any_rel_extent(rel_extent, head_dim, dtype):
+    """A contiguous call's layout (``layout_of``) is unaligned when E is not a multiple of 8 or
+    head_dim not one of 16 (strides in elements, whatever the dtype); the enumeration (what warmup
+    compiles) holds that layout's keys, so such a call does not compile on the run path (or fail
+    in strict mode)."""
     from inkling_ops import planning
     from inkling_ops.compile_keys import layout_of
     from inkling_ops.serving import config_layout
     from inkling_ops.warmup import representative_args
 
-    config = ServingConfig(num_heads=8, num_kv_heads=1, head_dim=128, rel_extent=rel_extent, page_size=16,
-                           max_num_seqs=8, max_num_batched_tokens=512, max_model_len=4096)  # fmt: skip
+    config = ServingConfig(num_heads=8, num_kv_heads=1, head_dim=head_dim, rel_extent=rel_extent, page_size=16,
+                           max_num_seqs=8, max_num_batched_tokens=512, max_model_len=4096, dtype=dtype)  # fmt: skip
     enumerated = enumerate_compile_keys(config, facts=H200, backend=None)
     for max_q, reqs in ((1, 8), (300, 3), (512, 1)):
         args, out = representative_args(config, max_seqlen_q=max_q, num_reqs=reqs, device=torch.device("cpu"))
         layout = layout_of(args, out)
-        assert layout.aligned == config_layout(config).aligned == (rel_extent % 8 == 0)
-        problem = check_call(*args, max_q, 1.0 / 128, (-1, -1), True, 0, out)._replace(device_type="cuda")
+        assert layout.aligned == config_layout(config).aligned == (rel_extent % 8 == 0 and head_dim % 16 == 0)
+        problem = check_call(*args, max_q, 1.0 / head_dim, (-1, -1), True, 0, out)._replace(device_type="cuda")
         key = planning.plan(problem, H200, None, layout=layout).key
         assert key in enumerated, f"E {rel_extent}, max_seqlen_q {max_q}, {reqs} requests: {key} is not enumerated"
