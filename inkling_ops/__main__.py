@@ -52,13 +52,29 @@ def _arch(arch: str, source: str = "--arch") -> str:
     H100 / H200, ``sm_80`` for an A100): the name the serving process's kernels are stored and
     looked up under."""
     try:
-        reported = cuda_arch(arch_capability(arch))
+        major, minor = arch_capability(arch)
+        if not 7 <= major <= 12:  # Volta to Blackwell: an sm_900 is a typo, not a device
+            raise ValueError(arch)
+        reported = cuda_arch((major, minor))
     except ValueError:
         raise ValueError(f"warmup: {source} is {arch!r}; expected a CUDA arch such as 'sm_90a' (H100, H200) or 'sm_80' (A100)") from None
     if arch != reported:
         raise ValueError(f"warmup: {source} is {arch!r}; a device of that compute capability reports {reported!r}, "
                          "under which its kernels are looked up")  # fmt: skip
     return arch
+
+
+def _device(text: str, command: str) -> torch.device:
+    """``--device`` as a torch device that exists here, or a ValueError naming the flag."""
+    try:
+        device = torch.device(text)
+    except RuntimeError as exc:
+        raise ValueError(f"{command}: --device is {text!r}; expected a torch device such as 'cuda' or 'cpu' ({exc})") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            raise ValueError(f"{command}: --device is {text!r}, but this machine has {count} CUDA device(s)")
+    return device
 
 
 def serving_config(args: argparse.Namespace):
@@ -111,10 +127,7 @@ def _warmup(args: argparse.Namespace) -> int:
     if num_sms is not None and num_sms < 1:
         raise ValueError(f"warmup: --num-sms is {num_sms}; expected the target's SM count (H200: 132)")
     if args.device is not None:
-        try:
-            torch.device(args.device)
-        except RuntimeError as exc:
-            raise ValueError(f"warmup: --device is {args.device!r}; expected a torch device such as 'cuda' or 'cpu' ({exc})") from None
+        _device(args.device, "warmup")
     never_splits = args.backend is not None and dispatch.get_backend(args.backend).split_policy is None
     if arch is None and never_splits and not torch.cuda.is_available() and os.environ.get("CUTE_DSL_ARCH"):
         # the CuTe DSL's own target setting, on a machine without a GPU: checked as --arch is

@@ -14,6 +14,7 @@ import torch
 from .compile_keys import STANDARD_LAYOUT, CompileKey, DeviceFacts, KVLayout, compile_key, split_count
 from .heuristics import DEFAULT_SPLIT_POLICY, SplitPolicy, bucket_max_seqlen_q, bucket_pow2
 from .problem import RelAttnProblem
+from .validation import SUPPORTED_DTYPES
 
 
 #: ServingConfig's fields that are counts or sizes (ints >= 1)
@@ -56,6 +57,12 @@ class ServingConfig:
             value = getattr(self, name)
             if not isinstance(value, torch.dtype) and not (name == "kv_dtype" and value is None):
                 raise TypeError(f"ServingConfig: {name} is {value!r}; expected a torch.dtype such as torch.bfloat16")
+        # the op's own rules (validation.check_call): a configuration outside them has no call to warm
+        if self.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"ServingConfig: dtype is {self.dtype}; expected one of {list(SUPPORTED_DTYPES)}")
+        if self.kv_dtype is not None and self.kv_dtype != self.dtype:
+            raise ValueError(f"ServingConfig: kv_dtype is {self.kv_dtype} and dtype {self.dtype}; expected the "
+                             "same dtype (the op takes K and V of q's dtype)")
 
     @property
     def max_blocks_per_seq(self) -> int:

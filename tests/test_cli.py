@@ -57,9 +57,14 @@ def test_warmup_config_file_and_unknown_fields(tmp_path, capsys):
         ("{}", ["--arch", "sm90a", "--num-sms", "132"], "--arch is 'sm90a'; expected a CUDA arch"),
         ("{}", ["--arch", "sm_90", "--num-sms", "132"], "reports 'sm_90a'"),
         ("{}", ["--arch", "sm_90a", "--num-sms", "0"], "--num-sms is 0"),
+        ("{}", ["--arch", "sm_900", "--num-sms", "132"], "--arch is 'sm_900'; expected a CUDA arch"),
+        ("{}", ["--device", "cuda:7"], "--device is 'cuda:7', but this machine has"),
+        ('{"kv_dtype": "float16"}', [], "kv_dtype is torch.float16 and dtype torch.bfloat16; expected the same dtype"),
+        ("{}", ["--dtype", "int32"], "dtype is torch.int32; expected one of"),
     ],
     ids=["missing-file", "json-number", "json-array", "not-json", "dtype-number", "head-dim-string", "page-size-0",
-         "heads-not-a-multiple", "bad-device", "arch-spelling", "arch-without-a", "no-sms"],
+         "heads-not-a-multiple", "bad-device", "arch-spelling", "arch-without-a", "no-sms", "arch-typo",
+         "absent-cuda-device", "kv-dtype-not-q-dtype", "dtype-not-taken"],
 )
 def test_warmup_refuses_bad_input_with_a_message_not_a_traceback(tmp_path, capsys, content, flags, expected):
     path = tmp_path / "serving.json"

@@ -101,6 +101,43 @@ def test_demo_refuses_an_older_transformers(monkeypatch, capsys):
     assert "needs transformers >= 5.24 (found 5.17.0)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--max-num-batched-tokens", "2"], "--max-num-batched-tokens is 2; expected at least 3"),
+        (["--max-num-seqs", "0"], "--max-num-seqs is 0; expected at least 1"),
+        (["--new-tokens", "0"], "--new-tokens is 0; expected at least 1"),
+        (["--prompts", "5,a"], "'5,a' is not a comma-separated list of integers"),
+        (["--prompts", "0,5"], "'0,5': every entry must be at least 1"),
+        (["--dtype", "foo"], "invalid choice: 'foo'"),
+        (["--device", "foo"], "'foo' is not a torch device"),
+        (["--device", "cuda:9"], "'cuda:9': this machine has"),
+        (["step", "--tokens-per-request", "x"], "'x' is not a comma-separated list of integers"),
+    ],
+    ids=["budget-2", "no-seqs", "no-new-tokens", "prompt-not-int", "prompt-0", "dtype", "device", "absent-cuda", "step"],
+)
+def test_demo_refuses_bad_arguments_by_flag(argv, expected, capsys):
+    """Bad command-line values end in argparse's usage error naming the flag (exit 2), not a
+    traceback from the engine (a budget of 2 crashed its warmup with an IndexError)."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_graph_buckets_cover_every_decode_batch():
+    """A decode-only step of n requests replays the graph of bucket_pow2(n): for every
+    max_num_seqs, every n up to it has its bucket captured (max_num_seqs 3 asked for bucket 4,
+    which 1, 2, ... up to max_num_seqs did not hold)."""
+    from inkling_ops.demo.engine import graph_buckets
+    from inkling_ops.heuristics import bucket_pow2
+
+    assert graph_buckets(1) == [1] and graph_buckets(3) == [1, 2, 4] and graph_buckets(64) == [1, 2, 4, 8, 16, 32, 64]
+    for max_num_seqs in range(1, 70):
+        buckets = graph_buckets(max_num_seqs)
+        assert all(bucket_pow2(n) in buckets for n in range(1, max_num_seqs + 1))
+        assert buckets[-1] == bucket_pow2(max_num_seqs)
+
+
 def test_bf16_criterion_passes_the_loop_and_fails_without_the_bias():
     """The CUDA demo's criterion (bf16): the teacher-forced gap bounded by HF's own eager attention
     in bf16 (the control). Our loop in bf16 passes it; with the relative bias zeroed it fails."""

@@ -25,6 +25,8 @@ import torch
 from .. import ServingConfig, strict_compiles, warmup
 from ..integrations.hf import MIN_TRANSFORMERS, release
 from ..planning import backend_names, get_backend
+from .arguments import device as device_arg
+from .arguments import int_list
 
 #: default prompt lengths: short and long, one past the global rel_extent (64), several past the window (32)
 PROMPT_LENGTHS = "5,37,90,1,64,17,120,9"
@@ -88,17 +90,24 @@ def main(argv: list[str] | None = None) -> int:
 
         return step_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m inkling_ops demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--prompts", default=PROMPT_LENGTHS, help="prompt lengths, comma-separated (default %(default)s)")
+    parser.add_argument("--device", type=device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--prompts", type=int_list(1), default=PROMPT_LENGTHS,
+                        help="prompt lengths, comma-separated (default %(default)s)")
     parser.add_argument("--new-tokens", type=int, default=32, help="greedy tokens per request (default %(default)s)")
     parser.add_argument("--max-num-seqs", type=int, default=64, help="largest decode batch, and CUDA-graph bucket")
     parser.add_argument("--max-num-batched-tokens", type=int, default=48, help="token budget of a step")
-    parser.add_argument("--dtype", default=None, help="default: float32 on CPU, bfloat16 on CUDA")
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                        help="default: float32 on CPU, bfloat16 on CUDA")
     parser.add_argument("--compile-backend", default=None,
                         help="torch.compile backend; default eager (why: docs/serving_demo.md)")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="on CUDA, run decode steps without graphs")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    # the warmup steps hold a chunk of budget - 2 tokens and two decodes
+    for flag, value, least in (("--max-num-batched-tokens", args.max_num_batched_tokens, 3),
+                               ("--max-num-seqs", args.max_num_seqs, 1), ("--new-tokens", args.new_tokens, 1)):  # fmt: skip
+        if value < least:
+            parser.error(f"{flag} is {value}; expected at least {least}")
     try:
         import transformers  # noqa: F401
         from transformers import AutoModelForCausalLM
@@ -116,13 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     from .engine import Engine
     from .model import PagedInkling
 
-    device = torch.device(args.device)
+    device = args.device
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     # On CPU, inductor miscompiles this model (vectorized C++) and aot_eager runs it ~20x slower than
     # eager; "eager" still captures the whole model in one graph (fullgraph=True). docs/serving_demo.md
     backend = args.compile_backend or "eager"  # inductor mis-builds this model's k path on CPU and CUDA
     use_graphs = device.type == "cuda" and not args.no_cuda_graphs
-    lengths = [int(x) for x in args.prompts.split(",")]
+    lengths = args.prompts
     t_start = time.perf_counter()
 
     cfg = demo_config()

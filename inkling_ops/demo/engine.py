@@ -8,7 +8,7 @@ packed batch. A request samples (argmax) when its step reaches the last token it
 from a shuffled free list (block 0 is scratch for padding), so requests' pages are not contiguous.
 
 On CUDA (``cuda_graphs=True``) a step made only of decodes runs as the replay of a CUDA graph
-captured for its batch-size bucket (1, 2, 4, ... up to ``max_num_seqs``): the step's metadata are
+captured for its batch-size bucket (1, 2, 4, ... up to ``bucket_pow2(max_num_seqs)``): the step's metadata are
 copied into the graph's static inputs (padding requests read and write the scratch block and the
 scratch conv state), and the graph replays the whole compiled model, our op in every layer.
 Steps with prompt chunks run the compiled model directly.
@@ -49,6 +49,16 @@ class Request:
     @property
     def done(self) -> bool:
         return len(self.output) >= self.max_new_tokens
+
+
+def graph_buckets(max_num_seqs: int) -> list[int]:
+    """The decode batch sizes the engine captures a CUDA graph for: 1, 2, 4, ... up to
+    ``bucket_pow2(max_num_seqs)``, so that a step of any 1 to ``max_num_seqs`` decodes replays the
+    graph of its power-of-two bucket (with padding requests on the scratch block). Pure."""
+    buckets = [1]
+    while buckets[-1] < bucket_pow2(max_num_seqs):
+        buckets.append(buckets[-1] * 2)
+    return buckets
 
 
 @dataclass
@@ -222,14 +232,10 @@ class Engine:
     # -- CUDA graphs ------------------------------------------------------------------------------
 
     def capture_graphs(self) -> list[int]:
-        """Capture one decode-step graph per batch bucket 1, 2, 4, ... max_num_seqs (largest first,
+        """Capture one decode-step graph per batch bucket (:func:`graph_buckets`; largest first,
         sharing one memory pool). The padding-only inputs they are captured with write nothing
         but the scratch block and the scratch conv state. Returns the buckets."""
-        buckets = []
-        n = 1
-        while n <= self.max_num_seqs:
-            buckets.append(n)
-            n *= 2
+        buckets = graph_buckets(self.max_num_seqs)
         pool = torch.cuda.graph_pool_handle()
         for bucket in reversed(buckets):
             static = {k: v.to(self.device) for k, v in self.metadata([], padding=[1] * bucket).items()}

@@ -18,6 +18,9 @@ import torch
 
 import inkling_ops
 
+from .arguments import device as device_arg
+from .arguments import int_list
+
 
 class InklingAttentionStep(torch.nn.Module):
     """Projections + RMS norm + rel_logits + paged rel_attn + output projection (one layer)."""
@@ -106,26 +109,25 @@ def dense_reference(layer, hidden_states, dense_k, dense_v, q_lens, window_left=
     return out
 
 
-def _time_ms(fn, device: str, reps: int) -> float:
+def _time_ms(fn, device: torch.device | str, reps: int) -> float:
     fn()
-    if device == "cuda":
+    if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(reps):
         fn()
-    if device == "cuda":
+    if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) / reps * 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inkling_ops demo step", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--tokens-per-request", default="24,1,9", help="new tokens of each request")
-    parser.add_argument("--prefix", default="0,70,40", help="tokens already cached for each request")
+    parser.add_argument("--device", type=device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--tokens-per-request", type=int_list(0), default="24,1,9", help="new tokens of each request")
+    parser.add_argument("--prefix", type=int_list(0), default="0,70,40", help="tokens already cached for each request")
     args = parser.parse_args(argv)
-    q_lens = [int(x) for x in args.tokens_per_request.split(",")]
-    prefix = [int(x) for x in args.prefix.split(",")]
+    q_lens, prefix = args.tokens_per_request, args.prefix
     if len(prefix) != len(q_lens):
         parser.error("--prefix needs one entry per request in --tokens-per-request")
     torch.manual_seed(0)
