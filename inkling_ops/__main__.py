@@ -145,6 +145,9 @@ def _warmup(args: argparse.Namespace) -> int:
             print(f"  {key}")
         names = "+".join(sorted({key.backend for key in keys})) or args.backend
         print(f"{len(keys)} compile keys on {facts.arch} for backend {names!r}")
+        if not keys:
+            print(f"(no call of this configuration runs on {facts.arch} with backend {args.backend!r}; "
+                  "for a GPU that is not here, pass --arch and --num-sms)")
         return 0
     summary = warmup(config, facts=facts, device=args.device, backend=args.backend, progress=not args.no_progress)
     print(summary)

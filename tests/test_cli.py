@@ -32,6 +32,14 @@ def test_warmup_dry_run_lists_the_enumerated_keys(capsys):
     assert printed.count("CompileKey(") == len(keys)
 
 
+def test_warmup_dry_run_with_no_key_says_why(capsys):
+    """A dry run that finds no key (Triton on this CPU, no --arch) says what to pass, instead of
+    printing a bare count of 0."""
+    assert main(["warmup", "--dry-run", "--backend", "triton", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "0 compile keys on cpu" in out and "pass --arch and --num-sms" in out
+
+
 def test_warmup_config_file_and_unknown_fields(tmp_path, capsys):
     path = tmp_path / "serving.json"
     path.write_text(json.dumps({"num_heads": 4, "num_kv_heads": 2, "window_left": 15, "rel_extent": 16}))
