@@ -441,8 +441,11 @@ def test_runtime_keys_of_standard_calls_are_warmed_keys():
         assert key in keys, key
 
 
-def test_warmup_runs_a_call_for_a_backend_that_cannot_compile_from_a_key(monkeypatch):
-    """A backend whose compile raises NotImplementedError is warmed by one call per key instead."""
+def _warm_by_calls(monkeypatch):
+    """Warmup of TINY with a backend whose compile raises NotImplementedError (so each key is
+    warmed by a call) and whose grid rule is the CuTe backend's (a compact grid for two or more
+    requests past the decode class). Returns (the backend, with the max_seqlen_q and the plan key
+    of each call it ran, the warmup's summary)."""
     from inkling_ops import dispatch, planning
     from inkling_ops.backends.reference import ReferenceBackend
     from inkling_ops.warmup import warmup
@@ -452,40 +455,7 @@ def test_warmup_runs_a_call_for_a_backend_that_cannot_compile_from_a_key(monkeyp
         default_device_types = ("cpu",)
 
         def __init__(self):
-            self.runs = []
-
-        def compile(self, key):
-            raise NotImplementedError
-
-        def run(self, plan, problem, args, out):
-            self.runs.append(problem.max_seqlen_q)
-            return super().run(plan, problem, args, out)
-
-    backend = RunToCompile()
-    monkeypatch.setattr(planning, "_BACKENDS", [backend, *planning._BACKENDS])
-    monkeypatch.setattr(dispatch, "_PLANS", {})
-    monkeypatch.setattr(call_cache, "_ENTRIES", {})  # entries name the backend object they planned on
-    monkeypatch.setattr(strict, "_warmed", {})
-    config = ServingConfig(**(TINY | dict(max_model_len=64)), dtype=torch.float32)
-    summary = warmup(config, device="cpu", progress=False)
-    assert summary.backend == "run-to-compile" and summary.launched == len(summary.keys) == len(backend.runs) > 1
-    assert sorted(backend.runs) == sorted(min(k.max_seqlen_q_bucket, 32) for k in summary.keys)
-
-
-def test_warmup_by_calls_reaches_a_backends_compact_grid_keys(monkeypatch):
-    """The calls that warm a backend unable to compile from a key reach every key warmup
-    enumerates, those of a compact grid chosen for two or more requests (as the CuTe backend's
-    rule does) among them: a call of one request would plan the dense grid's key instead."""
-    from inkling_ops import dispatch, planning
-    from inkling_ops.backends.reference import ReferenceBackend
-    from inkling_ops.warmup import warmup
-
-    class RunToCompile(ReferenceBackend):
-        name = "run-to-compile"
-        default_device_types = ("cpu",)
-
-        def __init__(self):
-            self.keys = set()
+            self.runs, self.keys = [], set()
 
         def compact_grid(self, problem):
             return problem.num_reqs >= 2 and problem.max_seqlen_q > 16
@@ -494,6 +464,7 @@ def test_warmup_by_calls_reaches_a_backends_compact_grid_keys(monkeypatch):
             raise NotImplementedError
 
         def run(self, plan, problem, args, out):
+            self.runs.append(problem.max_seqlen_q)
             self.keys.add(plan.key)
             return super().run(plan, problem, args, out)
 
@@ -503,7 +474,21 @@ def test_warmup_by_calls_reaches_a_backends_compact_grid_keys(monkeypatch):
     monkeypatch.setattr(call_cache, "_ENTRIES", {})  # entries name the backend object they planned on
     monkeypatch.setattr(strict, "_warmed", {})
     config = ServingConfig(**(TINY | dict(max_model_len=64)), dtype=torch.float32)
-    summary = warmup(config, device="cpu", progress=False)
+    return backend, warmup(config, device="cpu", progress=False)
+
+
+def test_warmup_runs_a_call_for_a_backend_that_cannot_compile_from_a_key(monkeypatch):
+    """A backend whose compile raises NotImplementedError is warmed by one call per key instead."""
+    backend, summary = _warm_by_calls(monkeypatch)
+    assert summary.backend == "run-to-compile" and summary.launched == len(summary.keys) == len(backend.runs) > 1
+    assert sorted(backend.runs) == sorted(min(k.max_seqlen_q_bucket, 32) for k in summary.keys)
+
+
+def test_warmup_by_calls_reaches_a_backends_compact_grid_keys(monkeypatch):
+    """The calls that warm a backend unable to compile from a key reach every key warmup
+    enumerates, those of a compact grid among them: a call of one request would plan the dense
+    grid's key instead."""
+    backend, summary = _warm_by_calls(monkeypatch)
     assert any(key.compact_grid for key in summary.keys)
     assert backend.keys == set(summary.keys)
 
