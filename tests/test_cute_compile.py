@@ -289,6 +289,19 @@ def test_cute_compile_timing_probes():
                                                 "bias_only_past_e": False, "debug_acc_bias": "band"})
 
 
+def test_cute_compile_empty_walk_probe():
+    """``debug_empty_walk`` (timing only, never in ``SCHEDULE``): the CTAs walk no key tile, so the
+    PTX keeps the Q gather and the epilogue's stores but issues no GEMM and no K, V or bias load."""
+    from inkling_ops.kernels import cute_fwd_sm90
+
+    config = cute_fwd_sm90.CuteFwdConfig(dtype="bfloat16", head_dim=128, q_per_kv=4)
+    build, empty = _variant_ptx(config), _variant_ptx(config, debug_empty_walk=True)
+    assert "wgmma.mma_async" in build and "wgmma.mma_async" not in empty
+    assert "cp.async.bulk.tensor" in build and "cp.async.bulk.tensor" not in empty
+    assert "cp.async.ca.shared.global" in empty or "cp.async.cg.shared.global" in empty  # the Q gather
+    assert "st.global.v4" in empty  # the epilogue's 16-byte stores
+
+
 def test_cute_compile_sliding_page128_g4_fp16():
     ptx = _compile_ptx(_problem(dtype=torch.float16, kv_heads=2, page=128, extent=512, window=511))
     _check_hopper_ptx(ptx)

@@ -309,6 +309,11 @@ class RelAttnFwdSm90:
       is ``tile_n`` (a runtime choice; at other page sizes one buffer, as without the option).
     - ``debug_all_plain``: every key tile runs as a plain tile (no mask, no bias): a wrong answer,
       only for timing the schedule's floor (``meta/tools/cute_ws_bench.py``).
+    - ``debug_empty_walk`` (timing only, a wrong answer: O is zero): every CTA walks no key tile,
+      so it runs only its own start and end (the Q gather, the barriers, the epilogue's stores)
+      and no load of K, V or bias: against the window sweep's per-CTA cost
+      (``meta/tools/window_fit.py``) it splits that into the CTA's own work and its pipeline's
+      fill and drain.
     - ``debug_acc_bias`` (timing only, a wrong answer): the consumer-side floor of a bias the
       producer would convert into float32 in the accumulator's order. Before the QK GEMM of a
       band tile (``"unmasked"``: only the unmasked band tiles of ``band_split``; ``"band"``: every
@@ -391,7 +396,7 @@ class RelAttnFwdSm90:
                  band_split: bool = False, late_rescale: bool = False, smem_epilogue: bool = False,
                  stmatrix_epilogue: bool = False, bias_only_past_e: bool = False,
                  debug_acc_bias: str = "", debug_no_masks: bool = False, bias_box_rows: int = 0,
-                 odd_rows_paired: bool = False):  # fmt: skip
+                 odd_rows_paired: bool = False, debug_empty_walk: bool = False):  # fmt: skip
         if config.head_dim % 64 != 0 or config.head_dim > 128:
             raise ValueError(f"head_dim is {config.head_dim}; this kernel supports 64 and 128")
         if config.tile_m != 128 or config.tile_n != 128:
@@ -410,6 +415,7 @@ class RelAttnFwdSm90:
         self.release_per_warp = release_per_warp
         self.consumer_fence = consumer_fence
         self.debug_all_plain = debug_all_plain
+        self.debug_empty_walk = debug_empty_walk
         self.debug_skip_bias_copies = debug_skip_bias_copies
         self.fence_gathered_only = fence_gathered_only
         self.bias_per_wg = bias_per_wg
@@ -689,6 +695,9 @@ class RelAttnFwdSm90:
             num_band = cutlass.max(n_end - cutlass.max(n_band, n_begin), 0)
             if const_expr(self.debug_all_plain):
                 num_band = Int32(0)  # no bias staged or waited for
+            if const_expr(self.debug_empty_walk):
+                n_tiles = Int32(0)  # no key tile loaded or multiplied: the CTA's start and end alone
+                num_band = Int32(0)
             # band tiles with every element visible (band_split): keys at or below qa_lo, and
             # qa_hi - n0 <= window; without bias_only_past_e (whose staged zeros stand for the
             # bias at d >= E) also every d < E: qa_hi - n0 <= min(E - 1, window)

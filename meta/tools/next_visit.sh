@@ -27,7 +27,7 @@
 #            in three rounds, then targets.py's verdict
 #   gap      meta/tools/graph_gap_probe.py on the chunks at page 128 (ours and flash-attn-4 without
 #            the bias): CUPTI's kernel time eager and replayed, against the event clocks
-#   window   8K sliding at windows 255 to 2047 (cute_ws_bench: the build, allplain, bias_nostage, nopingpong,
+#   window   8K sliding at windows 255 to 2047 (cute_ws_bench: the build, allplain, bias_nostage, nopingpong, emptywalk,
 #            Triton, flash-attn-4 without the bias), then meta/tools/window_fit.py: what a CTA costs
 #            once against what a key tile costs
 set -uo pipefail
@@ -84,7 +84,7 @@ case $step in
     # PASSES=1 or PASSES=2 runs one (a call of its own each, under the 600 s limit)
     cases=prefill8k_sliding_page128,sliding_w255e256_page128,sliding_w1023e1024_page128,sliding_w2047e2048_page128,sliding_w1023e512_page128,sliding_w2047e512_page128
     for pass in ${PASSES:-1 2}; do
-      variants=allplain,bias_nostage,nopingpong; [ $pass = 2 ] && variants=nopingpong,bias_nostage,allplain
+      variants=allplain,bias_nostage,nopingpong,emptywalk; [ $pass = 2 ] && variants=emptywalk,nopingpong,bias_nostage,allplain
       timeout 280 python3 meta/tools/cute_ws_bench.py --out "$out/window$pass" --variants $variants --cases $cases \
         > "$out/window${pass}_$sha.log" 2>&1
       echo "window pass $pass exit $?"; tail -8 "$out/window${pass}_$sha.log"

@@ -29,6 +29,9 @@ from dataclasses import dataclass
 TILE_M, TILE_N = 128, 128
 TOKENS, GROUP, KV_HEADS = 8192, 4, 2
 COLUMNS = ("cute_ms", "nopingpong_ms", "bias_nostage_ms", "allplain_ms", "fa4_nobias_ms")
+#: a column of CTAs that walk no tile (``debug_empty_walk``): its time an SM, over the CTAs an SM,
+#: is what a CTA's start and end cost alone
+EMPTY = "emptywalk_ms"
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         resid = ", ".join(f"{r['case']} {r[c] * 1000 - (a + b * case_walk(r['case']).tiles):+.1f}" for r in rows if c in r)
         print(f"{c}: per CTA {per_cta:.2f} us, per tile {per_tile:.3f} us; at window 511 the CTA part is "
               f"{share:.0%}; residuals (us): {resid}")
+    empty = [r[EMPTY] * 1000 for r in rows if EMPTY in r]
+    if empty:
+        ctas_per_sm = case_walk(rows[0]["case"]).ctas / ns.sms
+        print(f"{EMPTY}: a CTA's start and end alone (no tile walked) {min(empty) / ctas_per_sm:.2f}-"
+              f"{max(empty) / ctas_per_sm:.2f} us over the {len(empty)} cases")
     return 0
 
 
