@@ -23,6 +23,7 @@ import sys
 import torch
 
 from .kernels.arch import arch_capability, cuda_arch
+from .cli_args import missing_cuda_device
 
 #: ServingConfig fields and their flags (dtype as a name such as "bfloat16").
 _CONFIG_FLAGS = {
@@ -70,10 +71,9 @@ def _device(text: str, command: str) -> torch.device:
         device = torch.device(text)
     except RuntimeError as exc:
         raise ValueError(f"{command}: --device is {text!r}; expected a torch device such as 'cuda' or 'cpu' ({exc})") from None
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if (device.index or 0) >= count:
-            raise ValueError(f"{command}: --device is {text!r}, but this machine has {count} CUDA device(s)")
+    missing = missing_cuda_device(device)
+    if missing is not None:
+        raise ValueError(f"{command}: --device is {text!r}, but {missing}")
     return device
 
 

@@ -214,8 +214,9 @@ class CuteBackend(Backend):
             from ..kernels.cute_runtime import code_environment
 
             toolchain = dict(kernel_cache.toolchain_versions(kernel_cache.CUTE_TOOLCHAIN))
-            if code_environment():
-                toolchain["dsl_environment"] = code_environment()
+            environment = code_environment()
+            if environment:
+                toolchain["dsl_environment"] = environment
             facts = kernel_cache.cute_fingerprint(arch, toolchain=toolchain)
             store = self._stores[root, arch] = kernel_cache.KernelStore(arch, root=root, facts=facts)
         return store

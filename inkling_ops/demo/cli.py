@@ -25,8 +25,8 @@ import torch
 from .. import ServingConfig, strict_compiles, warmup
 from ..integrations.hf import MIN_TRANSFORMERS, release
 from ..planning import backend_names, get_backend
-from .arguments import device as device_arg
-from .arguments import int_list
+from ..cli_args import device as device_arg
+from ..cli_args import int_list
 
 #: default prompt lengths: short and long, one past the global rel_extent (64), several past the window (32)
 PROMPT_LENGTHS = "5,37,90,1,64,17,120,9"

@@ -18,8 +18,8 @@ import torch
 
 import inkling_ops
 
-from .arguments import device as device_arg
-from .arguments import int_list
+from ..cli_args import device as device_arg
+from ..cli_args import int_list
 
 
 class InklingAttentionStep(torch.nn.Module):
@@ -110,13 +110,14 @@ def dense_reference(layer, hidden_states, dense_k, dense_v, q_lens, window_left=
 
 
 def _time_ms(fn, device: torch.device | str, reps: int) -> float:
+    on_cuda = torch.device(device).type == "cuda"
     fn()
-    if torch.device(device).type == "cuda":
+    if on_cuda:
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(reps):
         fn()
-    if torch.device(device).type == "cuda":
+    if on_cuda:
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) / reps * 1e3
 
